@@ -1,0 +1,35 @@
+# gdn_tvm — every target that needs the package depends on the venv.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+PYTEST  := $(PY) -m pytest
+JOBS    ?= 2
+
+.PHONY: help install test test-gpu lint format clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install gdn_tvm editable with its pinned dependencies
+
+test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
+	$(PYTEST) -n $(JOBS) -q
+
+test-gpu: $(STAMP)  ## the GPU tests only (marker gpu), on the H200 machine
+	$(PYTEST) -q -m gpu
+
+lint: $(STAMP)  ## ruff check and format check
+	$(PY) -m ruff check gdn_tvm schedules tests benchmarks
+	$(PY) -m ruff format --check gdn_tvm schedules tests benchmarks
+
+format: $(STAMP)  ## ruff format and autofix
+	$(PY) -m ruff format gdn_tvm schedules tests benchmarks
+	$(PY) -m ruff check --fix gdn_tvm schedules tests benchmarks
+
+clean:  ## remove build outputs (keeps .venv and tuning logs)
+	rm -rf build .pytest_cache

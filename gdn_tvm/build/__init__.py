@@ -1,0 +1,1 @@
+"""Apply schedules, compile, export."""

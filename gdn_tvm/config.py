@@ -1,0 +1,145 @@
+"""Model presets and decode shapes: the only home of sizes in gdn_tvm.
+
+`ModelConfig` holds what a checkpoint fixes (heads, head dims, rope); `DecodeConfig` adds what the
+serving side chooses (batch lanes, state-pool slots, KV-cache length, split-KV chunk). Every kernel
+factory takes a `DecodeConfig` and reads its sizes from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+HEAD_MAPPINGS = ("grouped", "tiled")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of a Gated DeltaNet hybrid model (Qwen3.5 / Qwen3-Next), per SPEC.md."""
+
+    name: str
+    hidden: int
+    n_layers: int
+    n_q_heads: int  # Hq, full attention
+    n_kv_heads: int  # Hkv, full attention
+    n_k_heads: int  # Hk, GDN
+    n_v_heads: int  # Hv, GDN
+    head_k_dim: int = 128  # Dk
+    head_v_dim: int = 128  # Dv
+    conv_kernel: int = 4  # Kc
+    head_dim: int = 256  # D, full attention
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 1e7
+    rms_norm_eps: float = 1e-6
+    full_attention_interval: int = 4
+    head_mapping: str = "grouped"
+
+    def __post_init__(self) -> None:
+        if self.head_mapping not in HEAD_MAPPINGS:
+            raise ValueError(f"head_mapping must be one of {HEAD_MAPPINGS}, got {self.head_mapping!r}")
+        if self.n_v_heads % self.n_k_heads:
+            raise ValueError(f"n_v_heads={self.n_v_heads} is not a multiple of n_k_heads={self.n_k_heads}")
+        if self.n_q_heads % self.n_kv_heads:
+            raise ValueError(f"n_q_heads={self.n_q_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the GDN conv: `2*Hk*Dk + Hv*Dv` in `[q | k | v]` order."""
+        return 2 * self.n_k_heads * self.head_k_dim + self.n_v_heads * self.head_v_dim
+
+    @property
+    def n_rot(self) -> int:
+        """Rotated dims per attention head."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        """`"attention"` for layer i iff `(i + 1) % full_attention_interval == 0`, else `"gdn"`."""
+        k = self.full_attention_interval
+        return tuple("attention" if (i + 1) % k == 0 else "gdn" for i in range(self.n_layers))
+
+    @property
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """GEMV weights `[out, in]` of the two mixers, by checkpoint name (`linear_attn.` / `self_attn.`)."""
+        hv_dv, d = self.n_v_heads * self.head_v_dim, self.head_dim
+        return {
+            "in_proj_qkv": (self.conv_dim, self.hidden),
+            "in_proj_z": (hv_dv, self.hidden),
+            "in_proj_b": (self.n_v_heads, self.hidden),
+            "in_proj_a": (self.n_v_heads, self.hidden),
+            "out_proj": (self.hidden, hv_dv),
+            "q_proj": (self.n_q_heads * 2 * d, self.hidden),
+            "k_proj": (self.n_kv_heads * d, self.hidden),
+            "v_proj": (self.n_kv_heads * d, self.hidden),
+            "o_proj": (self.hidden, self.n_q_heads * d),
+        }
+
+    def key_head(self, h: int) -> int:
+        """GDN key/query head that value head `h` reads."""
+        if self.head_mapping == "grouped":
+            return h // (self.n_v_heads // self.n_k_heads)
+        return h % self.n_k_heads
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decode step's shapes: the model plus serving choices.
+
+    batch: lanes decoded together (B); slots: size of every state pool (conv, recurrent, KV);
+    max_len: KV-cache rows per slot; split_len: positions per split-KV chunk.
+    """
+
+    model: ModelConfig
+    batch: int = 1
+    slots: int = 0  # 0 => same as batch
+    max_len: int = 4096
+    split_len: int = 512
+
+    def __post_init__(self) -> None:
+        if self.slots == 0:
+            object.__setattr__(self, "slots", self.batch)
+        for field in ("batch", "slots", "max_len", "split_len"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        if self.slots < self.batch:
+            raise ValueError(f"slots={self.slots} must be >= batch={self.batch}")
+
+    @property
+    def n_splits(self) -> int:
+        """Split-KV chunks covering `max_len`."""
+        return math.ceil(self.max_len / self.split_len)
+
+    def replace(self, **changes) -> DecodeConfig:
+        """A copy with some fields changed (`model` fields are accepted too)."""
+        model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+        model_changes = {k: changes.pop(k) for k in list(changes) if k in model_fields}
+        model = dataclasses.replace(self.model, **model_changes) if model_changes else self.model
+        return dataclasses.replace(self, model=model, **changes)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    m.name: m
+    for m in (
+        ModelConfig("qwen3.5-0.8b", hidden=1024, n_layers=24, n_q_heads=8, n_kv_heads=2, n_k_heads=16, n_v_heads=16),
+        ModelConfig("qwen3.5-4b", hidden=2560, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32),
+        ModelConfig("qwen3.5-9b", hidden=4096, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32),
+        ModelConfig("qwen3.5-27b", hidden=5120, n_layers=64, n_q_heads=24, n_kv_heads=4, n_k_heads=16, n_v_heads=48),
+        ModelConfig(
+            "qwen3.5-35b-a3b", hidden=2048, n_layers=40, n_q_heads=16, n_kv_heads=2, n_k_heads=16, n_v_heads=32
+        ),
+        ModelConfig(
+            "qwen3-next-80b-a3b", hidden=2048, n_layers=48, n_q_heads=16, n_kv_heads=2, n_k_heads=16, n_v_heads=32
+        ),
+    )
+}
+
+DEFAULT_PRESET = "qwen3.5-0.8b"
+
+
+def preset(name: str) -> ModelConfig:
+    """The named preset; raises `KeyError` listing the known names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None

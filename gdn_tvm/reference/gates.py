@@ -1,0 +1,6 @@
+"""PLACEHOLDER: gates reference (being written)."""
+
+
+def gates(**kwargs):
+    raise NotImplementedError("gates")
+

@@ -1,0 +1,6 @@
+"""PLACEHOLDER: gemv reference (being written)."""
+
+
+def gemv(**kwargs):
+    raise NotImplementedError("gemv")
+

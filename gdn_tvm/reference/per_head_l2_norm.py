@@ -1,0 +1,6 @@
+"""PLACEHOLDER: per_head_l2_norm reference (being written)."""
+
+
+def per_head_l2_norm(**kwargs):
+    raise NotImplementedError("per_head_l2_norm")
+

@@ -1,0 +1,6 @@
+"""PLACEHOLDER: split_interleaved reference (being written)."""
+
+
+def split_interleaved(**kwargs):
+    raise NotImplementedError("split_interleaved")
+

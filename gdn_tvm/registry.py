@@ -1,0 +1,136 @@
+"""The one table of operators: tests, tuning, build and benchmarks all iterate `OPS`.
+
+Each `Op` ties a TensorIR factory (`gdn_tvm.ops.<family>.make_<family>`), its signature, the
+float64 numpy reference (`gdn_tvm.reference.<family>`) and the hand schedules per target kind
+(`gdn_tvm.schedules.<family>.{llvm,cuda}`). Variants (indirect positions, split-KV stages, which
+projection) are flags bound here, so one factory serves all of an op's variants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+from tvm import s_tir, tirx
+
+from gdn_tvm import ops, reference, schedules
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.signature import Arg
+
+TARGET_KINDS = ("llvm", "cuda")
+
+
+@dataclass(frozen=True)
+class Op:
+    """A registry entry; `sizes(cfg)` names every size the compiled kernel depends on."""
+
+    name: str
+    family: str
+    make: Callable[[DecodeConfig], tirx.PrimFunc]
+    signature: Callable[[DecodeConfig], list[Arg]]
+    reference: Callable[..., None]
+    schedules: Mapping[str, Callable[..., None]]
+    sizes: Callable[[DecodeConfig], dict[str, object]]
+    exact: bool = False  # pure data movement: compared bit for bit
+    key_name: str = ""  # workload-key prefix; ops of one shape family (gemv) share it
+    flags: Mapping[str, object] = field(default_factory=dict)
+
+    def workload_key(self, cfg: DecodeConfig, target_kind: str) -> str:
+        """`<target>/<op>-f32-<sizes>`: names tuning-log folders and build artifacts."""
+        sizes = "-".join(f"{k}{v}" for k, v in self.sizes(cfg).items())
+        return f"{target_kind}/{self.key_name or self.name}-f32-{sizes}"
+
+    def definition(self, cfg: DecodeConfig) -> tirx.PrimFunc:
+        """The unscheduled PrimFunc, named `main`."""
+        return self.make(cfg).with_attr("global_symbol", "main")
+
+    def schedule(self, cfg: DecodeConfig, target_kind: str, **knobs) -> s_tir.Schedule:
+        """The hand schedule for `target_kind` applied to a fresh definition."""
+        if target_kind not in self.schedules:
+            raise KeyError(f"{self.name}: no hand schedule for target {target_kind!r}")
+        sch = s_tir.Schedule(self.definition(cfg))
+        self.schedules[target_kind](sch, cfg, **knobs)
+        return sch
+
+
+_ABBREV = {
+    "batch": "B", "slots": "S", "max_len": "L", "split_len": "sl", "hidden": "h", "conv_dim": "C",
+    "n_q_heads": "Hq", "n_kv_heads": "Hkv", "n_k_heads": "Hk", "n_v_heads": "Hv", "head_k_dim": "Dk",
+    "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "n_rot": "rot", "rope_theta": "theta",
+    "head_mapping": "",
+}  # fmt: skip
+
+
+def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
+    def sizes(cfg: DecodeConfig) -> dict[str, object]:
+        return {_ABBREV[n]: getattr(cfg, n) if hasattr(cfg, n) else getattr(cfg.model, n) for n in names}
+
+    return sizes
+
+
+def _gemv_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
+    rows, cols = cfg.model.projections[proj]
+    return {"B": cfg.batch, "N": rows, "K": cols}
+
+
+def _entry(family: str, sizes, *, name: str = "", ref: str = "", exact: bool = False, key_name: str = "", **flags) -> Op:
+    op_mod, sched_mod = getattr(ops, family), getattr(schedules, family)
+    return Op(
+        name=name or family,
+        family=family,
+        make=partial(getattr(op_mod, f"make_{family}"), **flags),
+        signature=partial(op_mod.signature, **flags),
+        reference=getattr(getattr(reference, family), ref or family),
+        schedules={kind: partial(getattr(sched_mod, kind), **flags) for kind in TARGET_KINDS},
+        sizes=sizes,
+        exact=exact,
+        key_name=key_name,
+        flags=flags,
+    )
+
+
+_ATTN = ("batch", "n_q_heads", "n_kv_heads", "head_dim")
+_CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")
+
+_ENTRIES = [
+    _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
+    _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim")),
+    _entry("gates", _dims("batch", "n_v_heads")),
+    _entry("delta_rule", _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping")),
+    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim")),
+    _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
+    _entry("per_head_rmsnorm", _dims(*_ATTN)),
+    *(
+        _entry("partial_neox_rope", _dims(*_ATTN, "n_rot", "rope_theta", "max_len"), name=name, indirect=ind)
+        for name, ind in (("partial_neox_rope", False), ("partial_neox_rope_indirect", True))
+    ),
+    *(
+        _entry("kv_row_scatter", _dims(*_CACHE), name=name, exact=True, indirect=ind)
+        for name, ind in (("kv_row_scatter", False), ("kv_row_scatter_indirect", True))
+    ),
+    *(
+        _entry("decode_attention", _dims(*_CACHE, "split_len"), name=name, ref=ref, stage=stage, indirect=ind)
+        for name, ref, stage, ind in (
+            ("decode_attention", "decode_attention", "unsplit", False),
+            ("decode_attention_indirect", "decode_attention", "unsplit", True),
+            ("decode_attention_split", "decode_attention_split", "split", True),
+            ("decode_attention_reduce", "decode_attention_reduce", "reduce", True),
+        )
+    ),
+    _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
+    *(
+        _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)
+        for proj in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj")
+    ),
+]
+
+OPS: dict[str, Op] = {op.name: op for op in _ENTRIES}
+
+
+def get(name: str) -> Op:
+    """The registry entry `name`; raises `KeyError` listing the known names."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r}; known: {', '.join(OPS)}") from None

@@ -1,0 +1,185 @@
+"""Kernel signatures: what each PrimFunc parameter is, and the checks every entry point runs.
+
+A signature is the ordered list of a PrimFunc's parameters as `Arg`s. Roles:
+  in       activation input                      weight   model weight (checked for NaN/inf)
+  out      output, fully written by the kernel   state    pool updated in place (conv, recurrent, KV)
+  index    int32 slots or positions, checked against `bound` (slot -1 means "skip this lane")
+An `Arg` with `alias` is the write side of an in-place state: the caller passes the state once and
+the launcher binds it to both parameters. Scalars have `shape == ()`.
+
+Only numpy is needed here, so the runtime can import it without the TVM compiler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+ROLES = ("in", "weight", "out", "state", "index")
+DEVICE_NAMES = {1: "cpu", 2: "cuda"}
+
+Sampler = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+
+class ArgumentError(ValueError):
+    """A kernel or layer argument failed a check; the message names the argument."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One PrimFunc parameter. `bound = (lo, hi)` admits `lo <= v < hi` (index roles)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    role: str = "in"
+    bound: tuple[int, int] | None = None
+    sample: Sampler | None = None
+    alias: str | None = None
+    slot_pool: bool = False  # index arg holding slots: active entries must be distinct
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"{self.name}: role must be one of {ROLES}, got {self.role!r}")
+        if self.role == "index" and self.bound is None:
+            raise ValueError(f"{self.name}: index args need a bound")
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.shape == ()
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(_np_dtype(self.dtype)).itemsize
+
+
+def visible(signature: Sequence[Arg]) -> list[Arg]:
+    """The caller-facing args: every parameter except alias write sides."""
+    return [a for a in signature if a.alias is None]
+
+
+def bind(signature: Sequence[Arg], values: Mapping[str, object]) -> list[object]:
+    """PrimFunc parameter values in order, alias parameters bound to their state."""
+    return [values[a.alias or a.name] for a in signature]
+
+
+def _np_dtype(dtype: str) -> str:
+    return "uint16" if dtype == "bfloat16" else dtype  # bf16 travels as its raw 16 bits in numpy
+
+
+def _dtype_name(value: object) -> str:
+    return str(getattr(value, "dtype", type(value).__name__)).removeprefix("torch.")
+
+
+def _device_of(value: object) -> tuple[int, int]:
+    if hasattr(value, "__dlpack_device__"):
+        kind, index = value.__dlpack_device__()
+        return int(kind), int(index)
+    return 1, 0
+
+
+def to_host(value: object) -> np.ndarray:
+    """A host numpy copy (or view) of a numpy array, TVM tensor or torch tensor."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and _device_of(value)[0] == 1 and not hasattr(value, "detach"):
+        return value.numpy()
+    if hasattr(value, "detach"):  # torch
+        return value.detach().cpu().numpy()
+    return value.numpy()  # TVM tensor on a device: copies to the host
+
+
+def check_args(
+    signature: Sequence[Arg],
+    values: Mapping[str, object],
+    device: tuple[int, int] | None = None,
+    *,
+    check_weights: bool = True,
+) -> None:
+    """Raise `ArgumentError` naming the first bad argument; touches no buffer.
+
+    Checks presence, shape, dtype, device, index bounds (slots in [-1, S), positions < max_len,
+    distinct active slots) and, when `check_weights`, that weights hold no NaN or inf.
+    """
+    args = visible(signature)
+    names = {a.name for a in args}
+    missing = [n for n in names if n not in values]
+    extra = [n for n in values if n not in names]
+    if missing or extra:
+        raise ArgumentError(f"arguments: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    for a in args:
+        v = values[a.name]
+        if a.is_scalar:
+            _check_scalar(a, v)
+            continue
+        shape = tuple(int(s) for s in getattr(v, "shape", ()))
+        if not hasattr(v, "shape"):
+            raise ArgumentError(f"{a.name}: expected an array of shape {a.shape}, got {type(v).__name__}")
+        if shape != a.shape:
+            raise ArgumentError(f"{a.name}: expected shape {a.shape}, got {shape}")
+        dt = _dtype_name(v)
+        if dt != _np_dtype(a.dtype) and dt != a.dtype:
+            raise ArgumentError(f"{a.name}: expected dtype {a.dtype}, got {dt}")
+        dev = _device_of(v)
+        if device is not None and dev != device:
+            want, got = (f"{DEVICE_NAMES.get(d[0], d[0])}:{d[1]}" for d in (device, dev))
+            raise ArgumentError(f"{a.name}: expected an array on {want}, got one on {got}")
+        if a.role == "index":
+            _check_index(a, to_host(v))
+        elif a.role == "weight" and check_weights and a.dtype != "bfloat16":
+            if not np.isfinite(to_host(v)).all():
+                raise ArgumentError(f"{a.name}: weight holds NaN or inf")
+
+
+def _check_scalar(a: Arg, v: object) -> None:
+    if a.dtype.startswith("int"):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ArgumentError(f"{a.name}: expected an int, got {type(v).__name__}")
+        if a.bound is not None and not a.bound[0] <= int(v) < a.bound[1]:
+            raise ArgumentError(f"{a.name}={int(v)} is outside [{a.bound[0]}, {a.bound[1]})")
+    elif not isinstance(v, float | int | np.floating) or isinstance(v, bool):
+        raise ArgumentError(f"{a.name}: expected a float, got {type(v).__name__}")
+
+
+def _check_index(a: Arg, host: np.ndarray) -> None:
+    lo, hi = a.bound
+    bad = (host < lo) | (host >= hi)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ArgumentError(f"{a.name}[{i}]={int(host.flat[i])} is outside [{lo}, {hi})")
+    if a.slot_pool:
+        active = host[host >= 0]
+        if len(np.unique(active)) != len(active):
+            raise ArgumentError(f"{a.name}: active slots must be distinct, got {host.tolist()}")
+
+
+def poisoned(arg: Arg) -> np.ndarray:
+    """A NaN-filled host array for an output (so an unwritten element fails a comparison)."""
+    return np.full(arg.shape, np.nan, dtype=_np_dtype(arg.dtype))
+
+
+def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
+    """A fresh random value for an input, weight, state or index argument."""
+    if arg.sample is not None:
+        return arg.sample(rng, arg.shape)
+    if arg.role == "out":
+        return poisoned(arg)
+    if arg.role == "index":
+        lo, hi = arg.bound
+        if arg.slot_pool:
+            return _sample_slots(rng, arg.shape[0], hi)
+        value = rng.integers(max(lo, 0), hi, size=arg.shape, dtype=np.int32)
+        return int(value) if arg.is_scalar else value
+    if arg.is_scalar:
+        return float(rng.standard_normal())
+    return rng.standard_normal(arg.shape).astype(_np_dtype(arg.dtype))
+
+
+def _sample_slots(rng: np.random.Generator, batch: int, n_slots: int) -> np.ndarray:
+    """Distinct slots in random order; with batch >= 3 one lane is skipped (-1)."""
+    slots = rng.permutation(n_slots)[:batch].astype(np.int32)
+    if batch >= 3:
+        slots[rng.integers(batch)] = -1
+    return slots

@@ -1,0 +1,9 @@
+"""PLACEHOLDER: gates schedules (being written)."""
+
+
+def llvm(sch, cfg, **flags):
+    raise NotImplementedError("gates")
+
+
+def cuda(sch, cfg, **flags):
+    raise NotImplementedError("gates")

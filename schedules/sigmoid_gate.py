@@ -1,0 +1,17 @@
+"""sigmoid_gate schedules: element-wise."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+from .common import cuda_elementwise, llvm_elementwise
+
+
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
+    llvm_elementwise(sch, "gate")
+
+
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 128, vector: int = 4) -> None:
+    cuda_elementwise(sch, "gate", threads, vector)
