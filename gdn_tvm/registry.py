@@ -74,7 +74,9 @@ def _gemv_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
     return {"B": cfg.batch, "N": rows, "K": cols}
 
 
-def _entry(family: str, sizes, *, name: str = "", ref: str = "", exact: bool = False, key_name: str = "", **flags) -> Op:
+def _entry(
+    family: str, sizes, *, name: str = "", ref: str = "", exact: bool = False, key_name: str = "", **flags
+) -> Op:
     op_mod, sched_mod = getattr(ops, family), getattr(schedules, family)
     return Op(
         name=name or family,
@@ -121,7 +123,17 @@ _ENTRIES = [
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
     *(
         _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)
-        for proj in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj")
+        for proj in (
+            "in_proj_qkv",
+            "in_proj_z",
+            "in_proj_b",
+            "in_proj_a",
+            "out_proj",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+        )
     ),
 ]
 

@@ -7,8 +7,12 @@ import zlib
 
 import numpy as np
 import pytest
+import tvm
 
+from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.signature import sample, visible
+from gdn_tvm.target import device_of
 
 # Per-op and per-layer tolerances (SPEC.md numerics contract): relative L-infinity.
 TOL_OP = 1e-4
@@ -62,10 +66,30 @@ def assert_close(out: np.ndarray, ref: np.ndarray, tol: float, what: str) -> Non
     assert err <= tol, f"{what}: relative L-inf error {err:.3e} > {tol:.0e}"
 
 
+def check_op_against_reference(op, cfg, target, rng) -> None:
+    """Build `op`'s hand schedule for `target`, run it on fresh inputs (outputs NaN-poisoned) on the target's
+    device, and compare every output and state with the float64 reference (bit for bit for data movement)."""
+    kernel = compile_op(op, cfg, target)
+    device = device_of(target)
+    args = visible(op.signature(cfg))
+    values = {a.name: sample(a, rng) for a in args}
+    expect = reference_copy(values)
+    op.reference(**expect)
+    on_device = {k: tvm.runtime.tensor(v, device) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    kernel(**on_device)
+    for a in args:
+        if a.role in ("out", "state"):
+            got = on_device[a.name].numpy()
+            assert_close(got, expect[a.name], 0 if op.exact else TOL_OP, f"{op.name}.{a.name}")
+
+
 def reference_copy(values: dict) -> dict:
     """float64 copies of float arrays, copies of int arrays, scalars as they are."""
     return {
-        k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else np.copy(v)
-        if isinstance(v, np.ndarray) else v
+        k: v.astype(np.float64)
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+        else np.copy(v)
+        if isinstance(v, np.ndarray)
+        else v
         for k, v in values.items()
     }

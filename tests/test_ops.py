@@ -2,25 +2,52 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from conftest import CASES, TOL_OP, assert_close, reference_copy
+from conftest import CASES, check_op_against_reference
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
-from gdn_tvm.signature import sample, visible
+from gdn_tvm.signature import ArgumentError, sample, visible
 from gdn_tvm.target import llvm
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", OPS)
 def test_op_matches_reference(name, case, rng):
-    op, cfg = OPS[name], CASES[case]
+    check_op_against_reference(OPS[name], CASES[case], llvm(), rng)
+
+
+def _corruptions(args, cfg):
+    """(arg name, bad value, message fragment) triples that a kernel must reject."""
+    for a in args:
+        if a.role == "index":
+            lo, hi = a.bound
+            bad = hi if a.is_scalar else np.full(a.shape, hi, np.int32)
+            yield a.name, bad, "outside"
+            if a.slot_pool and a.shape[0] > 1:
+                yield a.name, np.zeros(a.shape, np.int32), "distinct"
+        elif a.role == "weight":
+            yield a.name, "nan", "NaN"
+        elif not a.is_scalar and a.role == "in":
+            yield a.name, np.zeros(a.shape, np.float64), "dtype"
+            yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), np.float32), "shape"
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_bad_input_rejected_by_name_and_state_untouched(name, rng):
+    op, cfg = OPS[name], CASES["4b-B3"]
     kernel = compile_op(op, cfg, llvm())
     args = visible(op.signature(cfg))
-    values = {a.name: sample(a, rng) for a in args}
-    expect = reference_copy(values)
-    op.reference(**expect)
-    kernel(**values)
-    for a in args:
-        if a.role in ("out", "state"):
-            assert_close(values[a.name], expect[a.name], 0 if op.exact else TOL_OP, f"{name}[{case}].{a.name}")
+    cases = list(_corruptions(args, cfg))
+    assert cases, f"{name}: nothing to corrupt"
+    for arg_name, bad, fragment in cases:
+        values = {a.name: sample(a, rng) for a in args}
+        if isinstance(bad, str):
+            bad = values[arg_name].copy()
+            bad.flat[0] = np.nan
+        before = {a.name: np.copy(values[a.name]) for a in args if a.role in ("state", "out")}
+        with pytest.raises(ArgumentError, match=f"{arg_name}.*{fragment}|{fragment}.*{arg_name}"):
+            kernel(**(values | {arg_name: bad}))
+        for k, v in before.items():
+            assert np.array_equal(values[k], v, equal_nan=True), f"{name}: {k} changed by a rejected call"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import Op
+from gdn_tvm.registry import Op, get
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.target import device_of
 
@@ -22,3 +22,16 @@ def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) ->
     ex = compile_mod(sch.mod, target)
     dev = device_of(target)
     return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
+
+
+def build_kernels(cfg: DecodeConfig, target: tvm.target.Target, names: list[str]) -> dict[str, Kernel]:
+    """Hand-scheduled kernels for `names`, compiled once per distinct workload key."""
+    by_key: dict[str, Kernel] = {}
+    kernels = {}
+    for name in names:
+        op = get(name)
+        key = op.workload_key(cfg, target.kind.name)
+        if key not in by_key:
+            by_key[key] = compile_op(op, cfg, target)
+        kernels[name] = Kernel(name, by_key[key].func, op.signature(cfg), by_key[key].device)
+    return kernels

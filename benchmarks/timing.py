@@ -1,0 +1,63 @@
+"""CUDA-graph timing with CUDA events, over rotating input sets so repeated launches don't hit in L2."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import torch
+
+L2_BYTES = 50 * 2**20
+LAUNCHES = 24
+REPEATS = 25
+
+
+def n_sets(bytes_per_launch: int) -> int:
+    """Input sets to rotate through so one graph's working set is >= 3x the L2 (at most LAUNCHES)."""
+    return max(1, min(LAUNCHES, -(-3 * L2_BYTES // max(bytes_per_launch, 1))))
+
+
+def time_graph(fn: Callable[[int], None], sets: int) -> float:
+    """Median microseconds per launch of `fn(i % sets)` replayed as a CUDA graph of LAUNCHES launches."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(sets):
+            fn(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(LAUNCHES):
+            fn(i % sets)
+    graph.replay()
+    torch.cuda.synchronize()
+    return _median_events(graph.replay, LAUNCHES)
+
+
+def time_eager(fn: Callable[[int], None], sets: int) -> float:
+    """Median microseconds per call of `fn(i % sets)` launched eagerly (Python and launch overhead included)."""
+    for i in range(sets):
+        fn(i)
+    torch.cuda.synchronize()
+
+    def burst():
+        for i in range(LAUNCHES):
+            fn(i % sets)
+
+    return _median_events(burst, LAUNCHES)
+
+
+def _median_events(run: Callable[[], None], per: int) -> float:
+    times: list[float] = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / per)
+    return statistics.median(times)
+
+
+def gbps(nbytes: int, us: float) -> float:
+    return nbytes / us / 1e3

@@ -1,0 +1,117 @@
+"""HybridStack: the mixer layers of a preset's layer pattern, run as one decode step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tvm
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.runtime.layers import LAYERS, Kernels, StepBuffers, _Layer
+from gdn_tvm.runtime.weights import random_weights
+from gdn_tvm.signature import Arg, check_args
+
+
+class HybridStack:
+    """Mixer layers chained (layer i's output is layer i+1's input) over shared step buffers.
+
+    step(x [B, hidden], positions [B], slots [B]) validates everything on the host first (a rejected
+    step changes no state), writes the step buffers, then replays every layer's launch plan.
+    Slots are handed out by `acquire()` and returned by `release(slot)`, which zeroes their states.
+    """
+
+    def __init__(
+        self,
+        cfg: DecodeConfig,
+        kernels: Kernels,
+        device: tvm.runtime.Device,
+        layer_types: Sequence[str] | None = None,
+        weights: Sequence[dict] | None = None,
+        seed: int = 0,
+    ):
+        self.cfg = cfg
+        self.device = device
+        self.layer_types = tuple(layer_types or cfg.model.layer_types)
+        if weights is None:
+            rng = np.random.default_rng(seed)
+            weights = [random_weights(cfg.model, kind, rng) for kind in self.layer_types]
+        if len(weights) != len(self.layer_types):
+            raise ValueError(f"weights: {len(weights)} layers given for {len(self.layer_types)} layer types")
+        self.io = StepBuffers(cfg, device)
+        x = tvm.runtime.empty((cfg.batch, cfg.model.hidden), "float32", device)
+        self.layers: list[_Layer] = []
+        for kind, w in zip(self.layer_types, weights, strict=True):
+            self.layers.append(LAYERS[kind](cfg, kernels, w, self.io, x))
+            x = self.layers[-1].out
+        self._free = list(range(cfg.slots))
+        self.graph = None
+        B, L, S = cfg.batch, cfg.max_len, cfg.slots
+        self._inputs = [
+            Arg("x", (B, cfg.model.hidden)),
+            Arg("positions", (B,), "int32", role="index", bound=(0, L)),
+            Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
+        ]
+
+    @property
+    def x(self) -> tvm.runtime.Tensor:
+        return self.layers[0].x
+
+    @property
+    def out(self) -> tvm.runtime.Tensor:
+        return self.layers[-1].out
+
+    def write_inputs(self, x, positions, slots) -> None:
+        """Check the step's inputs (raising `ArgumentError` naming the bad one) and write them to the device."""
+        positions = np.asarray(positions, dtype=np.int32) if not hasattr(positions, "__dlpack__") else positions
+        slots = np.asarray(slots, dtype=np.int32) if not hasattr(slots, "__dlpack__") else slots
+        check_args(self._inputs, {"x": x, "positions": positions, "slots": slots})
+        self.x.copyfrom(x)
+        self.io.positions.copyfrom(positions)
+        self.io.slots.copyfrom(slots)
+
+    def run(self) -> None:
+        """Replay every layer's plan on the inputs already written."""
+        for layer in self.layers:
+            layer.run()
+
+    def step(self, x, positions, slots) -> tvm.runtime.Tensor:
+        """One decode step, launched eagerly; returns the last layer's output [B, hidden] (device)."""
+        self.write_inputs(x, positions, slots)
+        self.run()
+        return self.out
+
+    def capture(self) -> None:
+        """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
+        from gdn_tvm.runtime.graph import CudaGraph
+
+        skip = np.full(self.cfg.batch, -1, np.int32)
+        self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
+        self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes
+        self.graph = CudaGraph(self.run, self.device.index)
+
+    def step_graph(self, x, positions, slots) -> tvm.runtime.Tensor:
+        """One decode step by CUDA-graph replay (call `capture()` once first); same results as `step`."""
+        if self.graph is None:
+            raise RuntimeError("step_graph before capture(): call capture() once")
+        self.write_inputs(x, positions, slots)
+        self.graph.replay()
+        return self.out
+
+    def acquire(self) -> int:
+        """A free slot, its states zeroed."""
+        if not self._free:
+            raise RuntimeError(f"all {self.cfg.slots} slots are in use")
+        return self._free.pop(0)
+
+    def release(self, slot: int) -> None:
+        """Return `slot` to the pool and zero its states."""
+        if not 0 <= slot < self.cfg.slots or slot in self._free:
+            raise ValueError(f"slot={slot} is not an acquired slot")
+        self.reset(slot)
+        self._free.append(slot)
+
+    def reset(self, slot: int) -> None:
+        """Zero `slot`'s conv/recurrent states and KV rows in every layer."""
+        for layer in self.layers:
+            layer.reset_slot(slot)

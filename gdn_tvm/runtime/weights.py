@@ -1,0 +1,85 @@
+"""Mixer weights: names, shapes, random defaults for demos and tests, upload to a device."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+
+from gdn_tvm.config import ModelConfig
+from gdn_tvm.signature import ArgumentError
+
+
+def gdn_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """GDN mixer weights (kernel layouts; see reference/decode_step.py)."""
+    p = m.projections
+    return {
+        "in_proj_qkv": p["in_proj_qkv"],
+        "in_proj_z": p["in_proj_z"],
+        "in_proj_b": p["in_proj_b"],
+        "in_proj_a": p["in_proj_a"],
+        "conv1d": (m.conv_dim, m.conv_kernel),
+        "dt_bias": (m.n_v_heads,),
+        "A": (m.n_v_heads,),
+        "norm": (m.head_v_dim,),
+        "out_proj": p["out_proj"],
+    }
+
+
+def attention_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Gated attention mixer weights (q_norm/k_norm as w_eff = 1 + w)."""
+    p = m.projections
+    return {
+        "q_proj": p["q_proj"],
+        "k_proj": p["k_proj"],
+        "v_proj": p["v_proj"],
+        "q_norm": (m.head_dim,),
+        "k_norm": (m.head_dim,),
+        "o_proj": p["o_proj"],
+    }
+
+
+SHAPES = {"gdn": gdn_shapes, "attention": attention_shapes}
+
+
+def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float32 weights of a `kind` ("gdn" | "attention") mixer, scaled like a trained model's."""
+    out = {}
+    for name, shape in SHAPES[kind](m).items():
+        if name == "A":
+            w = -np.exp(rng.uniform(0.0, np.log(16.0), shape))  # A = -exp(A_log), A_log ~ U(0, log 16)
+        elif name == "dt_bias":
+            dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), shape))
+            w = dt + np.log(-np.expm1(-dt))  # inverse softplus of dt
+        elif name in ("norm", "q_norm", "k_norm"):
+            w = 1.0 + 0.1 * rng.standard_normal(shape)
+        elif name == "conv1d":
+            w = rng.standard_normal(shape) / np.sqrt(shape[1])
+        else:
+            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        out[name] = w.astype(np.float32)
+    return out
+
+
+def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
+    """Every weight present, of its shape and float32, finite; the error names the weight."""
+    shapes = SHAPES[kind](m)
+    missing = sorted(set(shapes) - set(weights))
+    if missing:
+        raise ArgumentError(f"{kind} weights: missing {missing}")
+    for name, shape in shapes.items():
+        w = weights[name]
+        if tuple(w.shape) != shape:
+            raise ArgumentError(f"weight {name}: expected shape {shape}, got {tuple(w.shape)}")
+        if str(w.dtype).removeprefix("torch.") != "float32":
+            raise ArgumentError(f"weight {name}: expected float32, got {w.dtype}")
+        host = w if isinstance(w, np.ndarray) else w.numpy()
+        if not np.isfinite(host).all():
+            raise ArgumentError(f"weight {name}: holds NaN or inf")
+
+
+def upload(weights: dict, device: tvm.runtime.Device) -> dict[str, tvm.runtime.Tensor]:
+    """Device copies of host weights (zero-copy where they already live there)."""
+    return {
+        k: v if isinstance(v, tvm.runtime.Tensor) else tvm.runtime.tensor(np.ascontiguousarray(v), device)
+        for k, v in weights.items()
+    }

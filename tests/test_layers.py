@@ -1,0 +1,116 @@
+"""64 decode steps of each layer mixer and of a small hybrid stack, composed from the kernels (llvm),
+against the float64 whole-step reference with states carried; rejected steps change no state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from conftest import CASES, TOL_LAYER, assert_close
+
+from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
+from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.signature import ArgumentError
+from gdn_tvm.target import llvm
+
+STEPS = 64
+LAYER_CASES = {"0.8b-B1": CASES["0.8b-B1"], "4b-B3": CASES["4b-B3"]}
+_KERNELS: dict[str, dict] = {}
+
+
+def make_stack(case: str, layer_types: tuple[str, ...], seed: int) -> HybridStack:
+    cfg = LAYER_CASES[case]
+    if case not in _KERNELS:
+        _KERNELS[case] = build_kernels(cfg, llvm(), kernel_names(cfg))
+    return HybridStack(cfg, _KERNELS[case], tvm.cpu(), layer_types=layer_types, seed=seed)
+
+
+class ReferenceStack:
+    """The same layers stepped by reference/decode_step.py, states as float64 numpy pools."""
+
+    def __init__(self, stack: HybridStack):
+        self.m, self.types = stack.cfg.model, stack.layer_types
+        self.weights = [{k: v.numpy().astype(np.float64) for k, v in layer.weights.items()} for layer in stack.layers]
+        self.states = [[t.numpy().astype(np.float64) for t in layer.states] for layer in stack.layers]
+
+    def step(self, x: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        for kind, w, st in zip(self.types, self.weights, self.states, strict=True):
+            if kind == "gdn":
+                x = gdn_mixer_step(self.m, w, x, st[0], st[1], slots)
+            else:
+                x = attention_mixer_step(self.m, w, x, st[0], st[1], slots, positions)
+            x = np.nan_to_num(x)  # skipped lanes feed zeros on; their outputs are not compared
+        return x
+
+
+def lanes(cfg, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Per-lane slots (one lane skipped when B >= 3) and distinct start positions."""
+    slots = rng.permutation(cfg.slots)[: cfg.batch].astype(np.int32)
+    if cfg.batch >= 3:
+        slots[1] = -1
+    start = rng.integers(0, cfg.max_len - STEPS, cfg.batch).astype(np.int32)
+    return slots, start
+
+
+@pytest.mark.parametrize("case", LAYER_CASES)
+@pytest.mark.parametrize("types", [("gdn",), ("attention",), ("gdn", "gdn", "gdn", "attention")], ids="-".join)
+def test_decode_steps_match_reference(case, types, rng):
+    stack = make_stack(case, types, seed=int(rng.integers(2**31)))
+    cfg = stack.cfg
+    ref = ReferenceStack(stack)
+    slots, start = lanes(cfg, rng)
+    active = slots >= 0
+    for t in range(STEPS):
+        x = rng.standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
+        x[~active] = 0.0
+        positions = start + t
+        out = stack.step(x, positions, slots).numpy()
+        expect = ref.step(x.astype(np.float64), positions, slots)
+        assert_close(out[active], expect[active], TOL_LAYER, f"{'-'.join(types)} step {t} out")
+    for layer, ref_states in zip(stack.layers, ref.states, strict=True):
+        for state, expect in zip(layer.states, ref_states, strict=True):
+            assert_close(state.numpy(), expect, TOL_LAYER, f"{layer.kind} state after {STEPS} steps")
+
+
+BAD_STEPS = {
+    "position past the cache": dict(positions=lambda c: np.full(c.batch, c.max_len, np.int32)),
+    "negative position": dict(positions=lambda c: np.full(c.batch, -1, np.int32)),
+    "unknown slot": dict(slots=lambda c: np.full(c.batch, c.slots, np.int32)),
+    "slot below -1": dict(slots=lambda c: np.full(c.batch, -2, np.int32)),
+    "x dtype": dict(x=lambda c: np.zeros((c.batch, c.model.hidden), np.float64)),
+    "x shape": dict(x=lambda c: np.zeros((c.batch, c.model.hidden + 1), np.float32)),
+    "positions shape": dict(positions=lambda c: np.zeros(c.batch + 1, np.int32)),
+    "duplicate slots": dict(slots=lambda c: np.zeros(c.batch, np.int32)),
+}
+
+
+@pytest.mark.parametrize("bad", BAD_STEPS)
+def test_rejected_step_leaves_states_untouched(bad, rng):
+    stack = make_stack("4b-B3", ("gdn", "attention"), seed=1)
+    cfg = stack.cfg
+    slots = np.arange(cfg.batch, dtype=np.int32)
+    good = dict(
+        x=rng.standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32),
+        positions=np.zeros(cfg.batch, np.int32),
+        slots=slots,
+    )
+    stack.step(**good)  # states now hold data
+    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    ((name, make_bad),) = BAD_STEPS[bad].items()
+    with pytest.raises(ArgumentError, match=name if bad != "duplicate slots" else "distinct"):
+        stack.step(**(good | {name: make_bad(cfg)}))
+    after = [s.numpy() for layer in stack.layers for s in layer.states]
+    for b, a in zip(before, after, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_nan_weight_is_rejected_by_name():
+    cfg = LAYER_CASES["0.8b-B1"]
+    from gdn_tvm.runtime.weights import random_weights
+
+    w = random_weights(cfg.model, "gdn", np.random.default_rng(0))
+    w["out_proj"][3, 5] = np.nan
+    with pytest.raises(ArgumentError, match="out_proj"):
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
