@@ -1,0 +1,154 @@
+"""Per-step latency of the runtime executor on the GPU: one GDN layer, one attention layer and a preset's whole
+mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next to the weight-read floor.
+
+python -m benchmarks.steps [--presets qwen3.5-0.8b qwen3.5-4b] [--batches 1 32] [--out FILE]
+Also checks that decoding does not allocate: device memory in use before and after 1000 graph-replayed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import tvm
+
+from benchmarks import torch_ops
+from benchmarks.run import PEAK_GBPS, _git_commit
+from benchmarks.timing import REPEATS
+from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.target import cuda
+
+MAX_LEN = 4096
+
+
+class TorchStack:
+    """The same mixer layers as PyTorch eager code over torch_ops (the same-run baseline)."""
+
+    def __init__(self, stack: HybridStack):
+        self.cfg, self.m = stack.cfg, stack.cfg.model
+        self.layers = []
+        for layer in stack.layers:
+            w = {k: torch.from_dlpack(v) for k, v in layer.weights.items()}
+            states = [torch.from_dlpack(s).clone() for s in layer.states]
+            self.layers.append((layer.kind, w, states))
+
+    def step(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, seq_len: int) -> torch.Tensor:
+        m, B = self.m, self.cfg.batch
+        for kind, w, st in self.layers:
+            x = _gdn(m, B, w, st, x, slots) if kind == "gdn" else _attn(m, B, w, st, x, slots, positions, seq_len)
+        return x
+
+
+def _gdn(m, B, w, st, x, slots):
+    hv, dv = m.n_v_heads, m.head_v_dim
+    mixed, z = x @ w["in_proj_qkv"].t(), (x @ w["in_proj_z"].t()).view(B, hv, dv)
+    b, a = x @ w["in_proj_b"].t(), x @ w["in_proj_a"].t()
+    qkv, qk = torch.empty_like(mixed), torch.empty(B, 2 * m.n_k_heads, m.head_k_dim, device=x.device)
+    g, beta, o, y = torch.empty_like(b), torch.empty_like(b), torch.empty_like(z), torch.empty_like(z)
+    torch_ops.causal_conv1d_silu(m, mixed, w["conv1d"], st[0], slots, qkv)
+    torch_ops.per_head_l2_norm(m, qkv, qk)
+    torch_ops.gates(m, a, b, w["A"], w["dt_bias"], g, beta)
+    torch_ops.delta_rule(m, qk, qkv, g, beta, st[1], slots, o)
+    torch_ops.gated_rmsnorm(m, o, z, w["norm"], y)
+    return y.view(B, -1) @ w["out_proj"].t()
+
+
+def _attn(m, B, w, st, x, slots, positions, seq_len):
+    hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
+    qg = (x @ w["q_proj"].t()).view(B, hq, 2 * d)
+    k, v = (x @ w["k_proj"].t()).view(B, hkv, d), (x @ w["v_proj"].t()).view(B, hkv, d)
+    q, gate = torch.empty(B, hq, d, device=x.device), torch.empty(B, hq, d, device=x.device)
+    torch_ops.split_interleaved(m, qg, q, gate)
+    qn, kn, qr, kr = torch.empty_like(q), torch.empty_like(k), torch.empty_like(q), torch.empty_like(k)
+    torch_ops.per_head_rmsnorm(m, q, k, w["q_norm"], w["k_norm"], qn, kn)
+    torch_ops.partial_neox_rope(m, qn, kn, qr, kr, positions=positions)
+    torch_ops.kv_row_scatter(m, kr, v, st[0], st[1], slots, positions=positions)
+    attn = torch.empty_like(q)
+    torch_ops.decode_attention(m, qr, st[0], st[1], slots, attn, seq_len=seq_len)
+    return (attn * torch.sigmoid(gate)).view(B, -1) @ w["o_proj"].t()
+
+
+def _events(run, n: int = 20) -> float:
+    times = []
+    for _ in range(REPEATS):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(n):
+            run()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1000 / n)
+    return float(np.median(times))
+
+
+def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label: str) -> dict:
+    dev = tvm.cuda(0)
+    stack = HybridStack(cfg, kernels, dev, layer_types=types, seed=0)
+    stack.capture()
+    x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
+    slots = np.arange(cfg.batch, dtype=np.int32)
+    pos = np.full(cfg.batch, MAX_LEN // 2, np.int32)
+    stack.write_inputs(x, pos, slots)
+    weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
+    eager = _events(stack.run)
+    graph = _events(stack.graph.replay)
+    ref = TorchStack(stack)
+    tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
+    torch_us = _events(lambda: ref.step(tx, tpos, tslots, MAX_LEN // 2 + 1))
+    floor = weight_bytes / (PEAK_GBPS * 1e3)
+    row = {
+        "what": label, "preset": cfg.model.name, "batch": cfg.batch, "layers": len(types),
+        "eager_us": round(eager, 2), "graph_us": round(graph, 2), "torch_eager_us": round(torch_us, 2),
+        "weight_bytes": weight_bytes, "weight_floor_us": round(floor, 2),
+        "graph_speedup_vs_eager": round(eager / graph, 2), "graph_vs_floor": round(graph / floor, 2),
+    }  # fmt: skip
+    if label == "stack":
+        torch.cuda.synchronize()
+        free0 = torch.cuda.mem_get_info()[0]
+        for t in range(1000):
+            stack.step_graph(x, np.full(cfg.batch, t % MAX_LEN, np.int32), slots)
+        dev.sync()
+        row["device_free_bytes_before_after_1000_steps"] = [free0, torch.cuda.mem_get_info()[0]]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--presets", nargs="+", default=["qwen3.5-0.8b", "qwen3.5-4b"])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--out", default="benchmarks/results/h200_steps.json")
+    args = p.parse_args(argv)
+    rows, t0 = [], time.time()
+    for name in args.presets:
+        for batch in args.batches:
+            cfg = DecodeConfig(preset(name), batch=batch, max_len=MAX_LEN, split_len=512)
+            kernels = build_kernels(cfg, cuda(), kernel_names(cfg))
+            for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
+                                 ("stack", cfg.model.layer_types)):  # fmt: skip
+                row = bench_stack(cfg, kernels, types, label)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+    result = {
+        "gpu": torch.cuda.get_device_name(), "commit": os.environ.get("GDN_TVM_COMMIT") or _git_commit(),
+        "peak_gbps": PEAK_GBPS, "max_len": MAX_LEN, "position": MAX_LEN // 2,
+        "command": "python -m benchmarks.steps " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seconds": round(time.time() - t0, 1), "rows": rows,
+    }  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
