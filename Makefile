@@ -4,7 +4,7 @@ STAMP   := .venv/.installed
 PYTEST  := $(PY) -m pytest
 JOBS    ?= 2
 
-.PHONY: help install test test-gpu lint format clean
+.PHONY: help install test test-gpu bench lint format clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,11 @@ test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped
 
 test-gpu: $(STAMP)  ## the GPU tests only (marker gpu), on the H200 machine
 	$(PYTEST) -q -m gpu
+
+bench: $(STAMP)  ## GPU benchmarks (ops, decode steps) -> benchmarks/results/*.json and docs/benchmarks.md
+	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.steps
+	$(PY) -m benchmarks.report
 
 lint: $(STAMP)  ## ruff check and format check
 	$(PY) -m ruff check gdn_tvm schedules tests benchmarks
