@@ -19,6 +19,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
 TARGET_KINDS = ("llvm", "cuda")
+IN_PLACE_ATTR = "gdn_tvm.in_place"  # compile without no-alias assumptions (see build/compile.py)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,12 @@ class Op:
     sizes: Callable[[DecodeConfig], dict[str, object]]
     exact: bool = False  # pure data movement: compared bit for bit
     key_name: str = ""  # workload-key prefix; ops of one shape family (gemv) share it
+    ref_params: tuple[str, ...] = ()  # config fields the reference takes as keywords (not implied by shapes)
     flags: Mapping[str, object] = field(default_factory=dict)
+
+    def run_reference(self, cfg: DecodeConfig, values: Mapping[str, object]) -> None:
+        """The reference on `values` (float64 copies), with the config fields it needs."""
+        self.reference(**values, **{n: _field(cfg, n) for n in self.ref_params})
 
     def workload_key(self, cfg: DecodeConfig, target_kind: str) -> str:
         """`<target>/<op>-f32-<sizes>`: names tuning-log folders and build artifacts."""
@@ -42,8 +48,11 @@ class Op:
         return f"{target_kind}/{self.key_name or self.name}-f32-{sizes}"
 
     def definition(self, cfg: DecodeConfig) -> tirx.PrimFunc:
-        """The unscheduled PrimFunc, named `main`."""
-        return self.make(cfg).with_attr("global_symbol", "main")
+        """The unscheduled PrimFunc, named `main`; marked `IN_PLACE_ATTR` when a state is updated in place."""
+        func = self.make(cfg).with_attr("global_symbol", "main")
+        if any(a.alias for a in self.signature(cfg)):
+            func = func.with_attr(IN_PLACE_ATTR, True)
+        return func
 
     def schedule(self, cfg: DecodeConfig, target_kind: str, **knobs) -> s_tir.Schedule:
         """The hand schedule for `target_kind` applied to a fresh definition."""
@@ -62,9 +71,13 @@ _ABBREV = {
 }  # fmt: skip
 
 
+def _field(cfg: DecodeConfig, name: str) -> object:
+    return getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.model, name)
+
+
 def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
     def sizes(cfg: DecodeConfig) -> dict[str, object]:
-        return {_ABBREV[n]: getattr(cfg, n) if hasattr(cfg, n) else getattr(cfg.model, n) for n in names}
+        return {_ABBREV[n]: _field(cfg, n) for n in names}
 
     return sizes
 
@@ -75,7 +88,15 @@ def _gemv_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
 
 
 def _entry(
-    family: str, sizes, *, name: str = "", ref: str = "", exact: bool = False, key_name: str = "", **flags
+    family: str,
+    sizes,
+    *,
+    name: str = "",
+    ref: str = "",
+    exact: bool = False,
+    key_name: str = "",
+    ref_params: tuple[str, ...] = (),
+    **flags,
 ) -> Op:
     op_mod, sched_mod = getattr(ops, family), getattr(schedules, family)
     return Op(
@@ -88,6 +109,7 @@ def _entry(
         sizes=sizes,
         exact=exact,
         key_name=key_name,
+        ref_params=ref_params,
         flags=flags,
     )
 
@@ -99,12 +121,22 @@ _ENTRIES = [
     _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
     _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim")),
     _entry("gates", _dims("batch", "n_v_heads")),
-    _entry("delta_rule", _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping")),
+    _entry(
+        "delta_rule",
+        _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping"),
+        ref_params=("head_mapping",),
+    ),
     _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim")),
     _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
     _entry("per_head_rmsnorm", _dims(*_ATTN)),
     *(
-        _entry("partial_neox_rope", _dims(*_ATTN, "n_rot", "rope_theta", "max_len"), name=name, indirect=ind)
+        _entry(
+            "partial_neox_rope",
+            _dims(*_ATTN, "n_rot", "rope_theta", "max_len"),
+            name=name,
+            ref_params=("rope_theta", "partial_rotary_factor"),
+            indirect=ind,
+        )
         for name, ind in (("partial_neox_rope", False), ("partial_neox_rope_indirect", True))
     ),
     *(
@@ -112,12 +144,20 @@ _ENTRIES = [
         for name, ind in (("kv_row_scatter", False), ("kv_row_scatter_indirect", True))
     ),
     *(
-        _entry("decode_attention", _dims(*_CACHE, "split_len"), name=name, ref=ref, stage=stage, indirect=ind)
-        for name, ref, stage, ind in (
-            ("decode_attention", "decode_attention", "unsplit", False),
-            ("decode_attention_indirect", "decode_attention", "unsplit", True),
-            ("decode_attention_split", "decode_attention_split", "split", True),
-            ("decode_attention_reduce", "decode_attention_reduce", "reduce", True),
+        _entry(
+            "decode_attention",
+            _dims(*_CACHE, "split_len"),
+            name=name,
+            ref=ref,
+            ref_params=params,
+            stage=stage,
+            indirect=ind,
+        )
+        for name, ref, params, stage, ind in (
+            ("decode_attention", "decode_attention", (), "unsplit", False),
+            ("decode_attention_indirect", "decode_attention", (), "unsplit", True),
+            ("decode_attention_split", "decode_attention_split", ("split_len",), "split", True),
+            ("decode_attention_reduce", "decode_attention_reduce", ("split_len",), "reduce", True),
         )
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),

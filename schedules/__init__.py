@@ -13,4 +13,17 @@ from . import decode_attention
 from . import sigmoid_gate
 from . import gemv  # noqa: F401
 
-__all__ = ["causal_conv1d_silu", "per_head_l2_norm", "gates", "delta_rule", "gated_rmsnorm", "split_interleaved", "per_head_rmsnorm", "partial_neox_rope", "kv_row_scatter", "decode_attention", "sigmoid_gate", "gemv"]
+__all__ = [
+    "causal_conv1d_silu",
+    "per_head_l2_norm",
+    "gates",
+    "delta_rule",
+    "gated_rmsnorm",
+    "split_interleaved",
+    "per_head_rmsnorm",
+    "partial_neox_rope",
+    "kv_row_scatter",
+    "decode_attention",
+    "sigmoid_gate",
+    "gemv",
+]

@@ -22,3 +22,53 @@ def cuda_elementwise(sch: s_tir.Schedule, block: str, threads: int = 256, vector
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(v)
+
+
+def llvm_head_norm(sch: s_tir.Schedule, reduce: str, apply: str, vector: int = 8) -> None:
+    """Per-head norm (a reduction block feeding an apply block, both over `(*heads, d)`): heads in parallel,
+    the reduction computed per head, the apply loop vectorised."""
+    *outer, d = sch.get_loops(sch.get_sblock(apply))
+    heads = sch.fuse(*outer)
+    sch.parallel(heads)
+    sch.vectorize(sch.split(d, factors=[None, vector])[1])
+    sch.compute_at(sch.get_sblock(reduce), heads)
+
+
+def cuda_head_norm(
+    sch: s_tir.Schedule,
+    reduce: str,
+    apply: str,
+    cached: tuple[str, ...],
+    heads_per_block: int,
+    threads_per_head: int,
+    vector: int,
+) -> None:
+    """Per-head norm on CUDA: `threads_per_head` lanes (threadIdx.x) per head, `heads_per_block` heads
+    (threadIdx.y) per CTA. Each lane owns `vector`-wide chunks of the head dim; the head-shaped inputs
+    named in `cached` are loaded once into registers with `vector`-wide loads, the sum is an in-thread
+    reduction plus a cross-lane (warp-shuffle) allreduce, then the apply block stores `vector`-wide."""
+    b_apply, b_reduce = sch.get_sblock(apply), sch.get_sblock(reduce)
+    *outer, d = sch.get_loops(b_apply)
+    bx, ty = sch.split(sch.fuse(*outer), factors=[None, heads_per_block])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    _lane_split(sch, d, threads_per_head, vector, vectorize=True)
+    sch.compute_at(b_reduce, ty)
+    _lane_split(sch, sch.get_loops(b_reduce)[-1], threads_per_head, vector, vectorize=False)
+    sch.set_scope(b_reduce, 0, "local")
+    for name in cached:
+        cache = sch.cache_read(b_apply, name, "local")
+        sch.compute_at(cache, ty)
+        _lane_split(sch, sch.get_loops(cache)[-1], threads_per_head, vector, vectorize=True)
+
+
+def _lane_split(sch: s_tir.Schedule, loop: s_tir.schedule.LoopRV, threads: int, vector: int, vectorize: bool) -> None:
+    """`loop` -> (threadIdx.x, serial, vector lanes): lane `t` owns elements `(i*threads + t)*vector + v`."""
+    lo, tx, v = sch.split(loop, factors=[None, threads, vector])
+    sch.reorder(tx, lo)
+    sch.bind(tx, "threadIdx.x")
+    sch.unroll(lo)
+    if vectorize:
+        sch.vectorize(v)
+    else:
+        sch.unroll(v)

@@ -1,9 +1,80 @@
-"""PLACEHOLDER: delta_rule schedules (being written)."""
+"""delta_rule schedules: the state is streamed once (read into registers, updated, written back)."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+_LOCAL = ("qk_head", "decay", "state_load", "kq", "sk", "sq", "delta")  # per-thread intermediates on CUDA
+_ALONG_DK = ("qk_head", "state_load", "kq", "sk", "sq", "update")  # blocks whose innermost loop runs along Dk
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("delta_rule")
+def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
+    """Merge the row loops of "update" and "o" into one (b, h, i) nest; returns it and update's Dk loop."""
+    upd, out = sch.get_sblock("update"), sch.get_sblock("o")
+    sch.merge(sch.get_loops(upd)[2], sch.get_loops(out)[2])
+    return tuple(sch.get_loops(upd))
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("delta_rule")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
+    """Parallel over (lane, value head); per state row every stage at the row loop, vectorised along Dk."""
+    b, h, i, _ = _row_nest(sch)
+    bh = sch.fuse(b, h)
+    sch.parallel(bh)
+    for name in ("delta", "sq", "sk", "state_load"):
+        sch.compute_at(sch.get_sblock(name), i)
+    for name in ("kq", "decay", "qk_head"):
+        sch.compute_at(sch.get_sblock(name), bh)
+    for name in ("qk_head", "state_load", "update"):
+        _, v = sch.split(sch.get_loops(sch.get_sblock(name))[-1], factors=[None, vector])
+        sch.vectorize(v)
+
+
+def cuda(
+    sch: s_tir.Schedule,
+    cfg: DecodeConfig,
+    row_groups: int = 4,
+    rows_per_group: int = 2,
+    lanes: int = 32,
+    vector: int = 4,
+) -> None:
+    """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
+
+    threadIdx.y = row group, threadIdx.x = `lanes` threads along Dk; a lane owns `Dk/lanes` contiguous columns,
+    moved `vector` at a time (float4 at 4; one coalesced 512-byte row per warp instruction at lanes*vector = Dk).
+    A thread first loads its slice of all `rows_per_group` rows of its group into registers (every load in flight
+    before any store), then per row: shuffle allreduces of S_i.k and S_i.q over the lanes, d_i, the updated slice
+    stored by the thread that loaded it (so the aliased state is safe), o_i by lane 0. q and k of the head are
+    loaded into registers once per thread and kq is reduced once per thread.
+    """
+    m = cfg.model
+    if m.head_k_dim % (lanes * vector) or m.head_v_dim % (row_groups * rows_per_group):
+        raise ValueError(
+            f"delta_rule cuda knobs: lanes*vector={lanes * vector} must divide Dk={m.head_k_dim} and "
+            f"row_groups*rows_per_group={row_groups * rows_per_group} must divide Dv={m.head_v_dim}"
+        )
+    b, h, i, _ = _row_nest(sch)
+    rb, ty, ri = sch.split(i, factors=[None, row_groups, rows_per_group])
+    bx = sch.fuse(b, h, rb)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.compute_at(sch.get_sblock("delta"), ri)
+    for name in ("sq", "sk"):  # both allreduces first: independent, and their results live at once
+        sch.compute_at(sch.get_sblock(name), ri, index=-2)
+    sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
+    for name in ("kq", "decay", "qk_head"):
+        sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
+    for name in _LOCAL:
+        sch.set_scope(sch.get_sblock(name), 0, "local")
+    for name in _ALONG_DK:
+        blk = sch.get_sblock(name)
+        lane, steps, vec = sch.split(sch.get_loops(blk)[-1], factors=[lanes, None, vector])
+        sch.bind(lane, "threadIdx.x")
+        if name in ("qk_head", "state_load", "update"):  # no allreduce inside: explicit unrolls are safe
+            sch.vectorize(vec)
+            sch.unroll(steps)
+        if name in ("qk_head", "state_load"):  # all rows (q and k) loaded together, into registers
+            sch.unroll(sch.get_loops(blk)[-4])
+    sch.unroll(ri)  # holds the allreduces, which must not be duplicated before lowering: nvcc unrolls it
+    sch.annotate(ri, "pragma_unroll_explicit", 0)

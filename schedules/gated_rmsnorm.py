@@ -1,9 +1,21 @@
-"""PLACEHOLDER: gated_rmsnorm schedules (being written)."""
+"""gated_rmsnorm schedules: one reduction per value head of Dv."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+from .common import cuda_head_norm, llvm_head_norm
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("gated_rmsnorm")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
+    llvm_head_norm(sch, "sumsq", "norm")
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("gated_rmsnorm")
+def cuda(
+    sch: s_tir.Schedule, cfg: DecodeConfig, heads_per_block: int = 2, threads_per_head: int = 32, vector: int = 4
+) -> None:
+    """Grid: B*Hv / heads_per_block CTAs of (threads_per_head, heads_per_block) threads; o and z loaded once
+    into registers; o, z, w loaded and y stored `vector`-wide."""
+    cuda_head_norm(sch, "sumsq", "norm", ("o", "z"), heads_per_block, threads_per_head, vector)

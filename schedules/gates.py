@@ -1,9 +1,22 @@
-"""PLACEHOLDER: gates schedules (being written)."""
+"""gates schedules: B*Hv independent elements (tiny), one per thread."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("gates")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
+    b = sch.get_sblock("gates")
+    i, h = sch.get_loops(b)
+    sch.parallel(i)
+    sch.vectorize(h)
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("gates")
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 64) -> None:
+    """Fused (B, Hv) split over `threads`-wide CTAs; the tail is predicated."""
+    b = sch.get_sblock("gates")
+    bx, tx = sch.split(sch.fuse(*sch.get_loops(b)), factors=[None, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")

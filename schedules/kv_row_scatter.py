@@ -1,9 +1,18 @@
-"""PLACEHOLDER: kv_row_scatter schedules (being written)."""
+"""kv_row_scatter schedules: a vectorised copy into the cache rows."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+from .common import cuda_elementwise, llvm_elementwise
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("kv_row_scatter")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False) -> None:
+    llvm_elementwise(sch, "scatter")
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("kv_row_scatter")
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, threads: int = 32, vector: int = 4) -> None:
+    """One float4 of k and one of v per thread; B*Hkv*D/(4*threads) CTAs (4 at B=1, Hkv=2)."""
+    cuda_elementwise(sch, "scatter", threads, vector)

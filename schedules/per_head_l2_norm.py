@@ -1,9 +1,20 @@
-"""PLACEHOLDER: per_head_l2_norm schedules (being written)."""
+"""per_head_l2_norm schedules: one reduction per head of Dk."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+from .common import cuda_head_norm, llvm_head_norm
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("per_head_l2_norm")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
+    llvm_head_norm(sch, "sumsq", "norm")
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("per_head_l2_norm")
+def cuda(
+    sch: s_tir.Schedule, cfg: DecodeConfig, heads_per_block: int = 2, threads_per_head: int = 32, vector: int = 4
+) -> None:
+    """Grid: B*2*Hk / heads_per_block CTAs of (threads_per_head, heads_per_block) threads; float4 in and out."""
+    cuda_head_norm(sch, "sumsq", "norm", ("qkv",), heads_per_block, threads_per_head, vector)

@@ -74,7 +74,7 @@ def check_op_against_reference(op, cfg, target, rng) -> None:
     args = visible(op.signature(cfg))
     values = {a.name: sample(a, rng) for a in args}
     expect = reference_copy(values)
-    op.reference(**expect)
+    op.run_reference(cfg, expect)
     on_device = {k: tvm.runtime.tensor(v, device) if isinstance(v, np.ndarray) else v for k, v in values.items()}
     kernel(**on_device)
     for a in args:

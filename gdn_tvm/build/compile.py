@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 import tvm
+from tvm import tirx
+from tvm.s_tir.pipeline import default_s_tir_pipeline
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import Op, get
+from gdn_tvm.registry import IN_PLACE_ATTR, Op, get
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.target import device_of
 
+IN_PLACE_PIPELINE = "gdn_tvm_in_place"
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="gdn_tvm.DropNoAlias")
+def _drop_no_alias(func, _mod, _ctx):
+    """TVM's host/device split marks every device kernel no-alias (`__restrict__`, `ld.global.nc`);
+    a state passed as both `state` and `state_out` is aliased, so its kernels must not be."""
+    return func.with_attr("tirx.noalias", False)
+
+
+def _in_place_pipeline(**kwargs):
+    pipeline, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
+
+    def device_passes():
+        return tvm.ir.transform.Sequential([finalize_device(), _drop_no_alias])
+
+    return pipeline, finalize_host, device_passes
+
+
+tirx.register_tir_pipeline(IN_PLACE_PIPELINE, _in_place_pipeline)
+
+
+def is_in_place(mod: tvm.IRModule) -> bool:
+    """True when a function of `mod` updates a state in place (marked by `Op.definition`)."""
+    return any(bool(f.attrs and f.attrs.get(IN_PLACE_ATTR)) for f in mod.functions.values())
+
 
 def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
-    """`tvm.compile` inside the target's scope (the CUDA compile callback reads `Target.current()`)."""
+    """`tvm.compile` inside the target's scope (the CUDA compile callback reads `Target.current()`),
+    without no-alias assumptions for in-place kernels."""
+    pipeline = IN_PLACE_PIPELINE if is_in_place(mod) else "default"
     with target:
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, tir_pipeline=pipeline)
 
 
 def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) -> Kernel:

@@ -1,9 +1,68 @@
-"""PLACEHOLDER: causal_conv1d_silu (being written)."""
+"""causal_conv1d_silu: depthwise causal conv over the last Kc inputs of each channel, then silu.
+
+The conv state pool keeps, per slot and channel, the previous Kc-1 inputs (oldest first). One decode
+step reads that window plus the new input, writes `silu(window . weight)` and shifts the window left.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.signature import Arg
 
 
-def signature(cfg, **flags):
-    raise NotImplementedError("causal_conv1d_silu")
+def signature(cfg: DecodeConfig) -> list[Arg]:
+    """x: [B, C]; weight: [C, Kc]; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1 skips a lane) -> y: [B, C]."""
+    B, S, C, K = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
+    return [
+        Arg("x", (B, C)),
+        Arg("weight", (C, K), role="weight"),
+        Arg("state", (S, C, K - 1), role="state"),
+        Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
+        Arg("y", (B, C), role="out"),
+        Arg("state_out", (S, C, K - 1), role="state", alias="state"),
+    ]
 
 
-def make_causal_conv1d_silu(cfg, **flags):
-    raise NotImplementedError("causal_conv1d_silu")
+def make_causal_conv1d_silu(cfg: DecodeConfig):
+    """Blocks: "dot" (window . weight into an accumulator), "conv" (y = silu of it), "shift" (the window
+    shifted left, x appended, into a scratch row) and "store" (scratch -> state_out). Lanes with slot -1
+    write nothing (their state reads go to slot 0 and are discarded)."""
+    B, S, C, K = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
+
+    @T.prim_func(s_tir=True)
+    def causal_conv1d_silu(
+        x: T.Buffer((B, C), "float32"),
+        weight: T.Buffer((C, K), "float32"),
+        state: T.Buffer((S, C, K - 1), "float32"),
+        slots: T.Buffer((B,), "int32"),
+        y: T.Buffer((B, C), "float32"),
+        state_out: T.Buffer((S, C, K - 1), "float32"),
+    ):
+        acc = T.sblock_alloc_buffer((B, C), "float32")
+        shifted = T.sblock_alloc_buffer((B, C, K - 1), "float32")
+        for b, c, j in T.grid(B, C, K - 1):
+            with T.sblock("dot"):
+                vb, vc, vj = T.axis.remap("SSR", [b, c, j])
+                with T.init():
+                    acc[vb, vc] = x[vb, vc] * weight[vc, K - 1]
+                acc[vb, vc] = acc[vb, vc] + state[T.max(slots[vb], 0), vc, vj] * weight[vc, vj]
+        for b, c in T.grid(B, C):
+            with T.sblock("conv"):
+                vb, vc = T.axis.remap("SS", [b, c])
+                if slots[vb] >= 0:
+                    y[vb, vc] = acc[vb, vc] / (T.float32(1) + T.exp(-acc[vb, vc]))
+        for b, c, j in T.grid(B, C, K - 1):
+            with T.sblock("shift"):
+                vb, vc, vj = T.axis.remap("SSS", [b, c, j])
+                shifted[vb, vc, vj] = T.if_then_else(
+                    vj < K - 2, state[T.max(slots[vb], 0), vc, T.min(vj + 1, K - 2)], x[vb, vc]
+                )
+        for b, c, j in T.grid(B, C, K - 1):
+            with T.sblock("store"):
+                vb, vc, vj = T.axis.remap("SSS", [b, c, j])
+                if slots[vb] >= 0:
+                    state_out[slots[vb], vc, vj] = shifted[vb, vc, vj]
+
+    return causal_conv1d_silu

@@ -1,9 +1,59 @@
-"""PLACEHOLDER: gates (being written)."""
+"""gates: per value head, the log-decay `g` and the write strength `beta` of the delta rule."""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm.script import tirx as T
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.signature import Arg
 
 
-def signature(cfg, **flags):
-    raise NotImplementedError("gates")
+def _negative(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """`A = -exp(A_log)`: strictly negative."""
+    return -np.exp(0.5 * rng.standard_normal(shape)).astype(np.float32)
 
 
-def make_gates(cfg, **flags):
-    raise NotImplementedError("gates")
+def _wide(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Wide enough that `a + dt_bias` takes both softplus branches (threshold 20)."""
+    return rng.uniform(-20.0, 40.0, shape).astype(np.float32)
+
+
+def signature(cfg: DecodeConfig) -> list[Arg]:
+    """a, b: [B, Hv]; A, dt_bias: [Hv] -> g, beta: [B, Hv] float32."""
+    bh, hv = (cfg.batch, cfg.model.n_v_heads), (cfg.model.n_v_heads,)
+    return [
+        Arg("a", bh, sample=_wide),
+        Arg("b", bh),
+        Arg("A", hv, role="weight", sample=_negative),
+        Arg("dt_bias", hv, role="weight"),
+        Arg("g", bh, role="out"),
+        Arg("beta", bh, role="out"),
+    ]
+
+
+def make_gates(cfg: DecodeConfig):
+    """`g = softplus(a + dt_bias) * A` (softplus(x) = x above 20), `beta = sigmoid(b)`; block "gates"."""
+    B, H = cfg.batch, cfg.model.n_v_heads
+
+    @T.prim_func(s_tir=True)
+    def gates(
+        a: T.Buffer((B, H), "float32"),
+        b: T.Buffer((B, H), "float32"),
+        A: T.Buffer((H,), "float32"),
+        dt_bias: T.Buffer((H,), "float32"),
+        g: T.Buffer((B, H), "float32"),
+        beta: T.Buffer((B, H), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
+        for i, h in T.grid(B, H):
+            with T.sblock("gates"):
+                vi, vh = T.axis.remap("SS", [i, h])
+                g[vi, vh] = A[vh] * T.if_then_else(
+                    a[vi, vh] + dt_bias[vh] > T.float32(20),
+                    a[vi, vh] + dt_bias[vh],
+                    T.log1p(T.exp(a[vi, vh] + dt_bias[vh])),
+                )
+                beta[vi, vh] = T.float32(1) / (T.float32(1) + T.exp(-b[vi, vh]))
+
+    return gates

@@ -1,9 +1,66 @@
-"""PLACEHOLDER: per_head_rmsnorm (being written)."""
+"""per_head_rmsnorm: RMSNorm of every q and k head of the full-attention layer, in one kernel.
+
+`y = x * rsqrt(mean(x^2) + eps) * w` per head of `D`, with `w` the effective weight (`1 + w` of the
+checkpoint, converted at load time): `q_norm` for the `Hq` query heads, `k_norm` for the `Hkv` key heads.
+Blocks iterate a combined head axis of `Hq + Hkv` (query heads first) so q and k share one launch:
+"gather" picks the head's input row, "sumsq" reduces it, "norm" scales it into `q_out` or `k_out`.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.signature import Arg
 
 
-def signature(cfg, **flags):
-    raise NotImplementedError("per_head_rmsnorm")
+def signature(cfg: DecodeConfig) -> list[Arg]:
+    """q: [B, Hq, D], k: [B, Hkv, D], q_norm, k_norm: [D] -> q_out: [B, Hq, D], k_out: [B, Hkv, D]; float32."""
+    B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
+    return [
+        Arg("q", (B, Hq, D)),
+        Arg("k", (B, Hkv, D)),
+        Arg("q_norm", (D,), role="weight"),
+        Arg("k_norm", (D,), role="weight"),
+        Arg("q_out", (B, Hq, D), role="out"),
+        Arg("k_out", (B, Hkv, D), role="out"),
+    ]
 
 
-def make_per_head_rmsnorm(cfg, **flags):
-    raise NotImplementedError("per_head_rmsnorm")
+def make_per_head_rmsnorm(cfg: DecodeConfig):
+    B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
+    H, eps = Hq + Hkv, cfg.model.rms_norm_eps
+
+    @T.prim_func(s_tir=True)
+    def per_head_rmsnorm(
+        q: T.Buffer((B, Hq, D), "float32"),
+        k: T.Buffer((B, Hkv, D), "float32"),
+        q_norm: T.Buffer((D,), "float32"),
+        k_norm: T.Buffer((D,), "float32"),
+        q_out: T.Buffer((B, Hq, D), "float32"),
+        k_out: T.Buffer((B, Hkv, D), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
+        x = T.sblock_alloc_buffer((B, H, D), "float32")
+        ss = T.sblock_alloc_buffer((B, H), "float32")
+        for b, h, d in T.grid(B, H, D):
+            with T.sblock("gather"):
+                vb, vh, vd = T.axis.remap("SSS", [b, h, d])
+                x[vb, vh, vd] = T.if_then_else(vh < Hq, q[vb, T.min(vh, Hq - 1), vd], k[vb, T.max(vh - Hq, 0), vd])
+        for b, h, d in T.grid(B, H, D):
+            with T.sblock("sumsq"):
+                vb, vh, vd = T.axis.remap("SSR", [b, h, d])
+                with T.init():
+                    ss[vb, vh] = T.float32(0)
+                ss[vb, vh] = ss[vb, vh] + x[vb, vh, vd] * x[vb, vh, vd]
+        for b, h, d in T.grid(B, H, D):
+            with T.sblock("norm"):
+                vb, vh, vd = T.axis.remap("SSS", [b, h, d])
+                if vh < Hq:
+                    q_out[vb, vh, vd] = x[vb, vh, vd] * T.rsqrt(ss[vb, vh] / T.float32(D) + T.float32(eps)) * q_norm[vd]
+                else:
+                    k_out[vb, vh - Hq, vd] = (
+                        x[vb, vh, vd] * T.rsqrt(ss[vb, vh] / T.float32(D) + T.float32(eps)) * k_norm[vd]
+                    )
+
+    return per_head_rmsnorm

@@ -1,6 +1,34 @@
-"""PLACEHOLDER: delta_rule reference (being written)."""
+"""delta_rule reference (SPEC.md step 6)."""
+
+import numpy as np
 
 
-def delta_rule(**kwargs):
-    raise NotImplementedError("delta_rule")
+def delta_rule(
+    qk: np.ndarray,
+    qkv: np.ndarray,
+    g: np.ndarray,
+    beta: np.ndarray,
+    state: np.ndarray,
+    slots: np.ndarray,
+    o: np.ndarray,
+    head_mapping: str = "grouped",
+) -> None:
+    """qk: [B, 2*Hk, Dk]; qkv: [B, C]; g, beta: [B, Hv]; state: [S, Hv, Dv, Dk], updated in place -> o: [B, Hv, Dv].
 
+    Per active lane (slots[b] >= 0) and value head h with key head kh ("grouped": h // (Hv/Hk), "tiled": h % Hk):
+    S = exp(g)*S; S += outer(beta*(v - S @ k), k); o = S @ q / sqrt(Dk). Skipped lanes are left untouched.
+    """
+    hk, dk = qk.shape[1] // 2, qk.shape[2]
+    hv, dv = state.shape[1], state.shape[2]
+    heads = np.arange(hv)
+    kh = heads // (hv // hk) if head_mapping == "grouped" else heads % hk
+    lanes = np.flatnonzero(slots >= 0)
+    s = slots[lanes]
+    q = qk[lanes, :hk][:, kh] / np.sqrt(dk)  # [n, Hv, Dk]
+    k = qk[lanes, hk:][:, kh]
+    v = qkv[lanes, 2 * hk * dk :].reshape(len(lanes), hv, dv)
+    S = state[s] * np.exp(g[lanes])[..., None, None]  # [n, Hv, Dv, Dk]
+    d = beta[lanes][..., None] * (v - np.einsum("nhij,nhj->nhi", S, k))
+    S = S + d[..., :, None] * k[..., None, :]
+    state[s] = S
+    o[lanes] = np.einsum("nhij,nhj->nhi", S, q)

@@ -1,6 +1,9 @@
-"""PLACEHOLDER: per_head_l2_norm reference (being written)."""
+"""per_head_l2_norm reference."""
+
+import numpy as np
 
 
-def per_head_l2_norm(**kwargs):
-    raise NotImplementedError("per_head_l2_norm")
-
+def per_head_l2_norm(qkv: np.ndarray, qk: np.ndarray) -> None:
+    """qkv: [B, conv_dim] -> qk[:] = x * rsqrt(sum(x^2) + 1e-6) per head of x = qkv[:, :2*Hk*Dk] as [B, 2*Hk, Dk]."""
+    x = qkv[:, : qk.shape[1] * qk.shape[2]].reshape(qk.shape)
+    qk[...] = x / np.sqrt((x * x).sum(axis=-1, keepdims=True) + 1e-6)

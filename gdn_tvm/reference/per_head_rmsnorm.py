@@ -1,6 +1,15 @@
-"""PLACEHOLDER: per_head_rmsnorm reference (being written)."""
+"""per_head_rmsnorm reference."""
+
+import numpy as np
+
+from gdn_tvm.config import ModelConfig
+
+EPS = ModelConfig.rms_norm_eps
 
 
-def per_head_rmsnorm(**kwargs):
-    raise NotImplementedError("per_head_rmsnorm")
-
+def per_head_rmsnorm(
+    q: np.ndarray, k: np.ndarray, q_norm: np.ndarray, k_norm: np.ndarray, q_out: np.ndarray, k_out: np.ndarray
+) -> None:
+    """q: [B, Hq, D], k: [B, Hkv, D], weights [D] (w_eff) -> q_out[:], k_out[:] = x * rsqrt(mean(x^2) + eps) * w."""
+    for x, w, y in ((q, q_norm, q_out), (k, k_norm, k_out)):
+        y[...] = x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * w
