@@ -1,9 +1,132 @@
-"""PLACEHOLDER: gemv schedules (being written)."""
+"""gemv schedules: `y[b, n] = sum_k x[b, k] * w[n, k]`, each weight element read once for all B lanes."""
+
+from __future__ import annotations
+
+import math
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+SMS = 132  # H200 streaming multiprocessors
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("gemv")
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8, batch_tile: int = 4) -> None:
+    """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load
+    serving the tile's lanes (the row of w stays in cache across tiles)."""
+    blk = sch.get_sblock("gemv")
+    b, n, k = sch.get_loops(blk)
+    ko, kv = sch.split(k, factors=[None, vector])
+    rf = sch.rfactor(kv, factor_axis=2)  # partial sums [B, N, vector]: lanes contiguous
+    b, n, ko, kv = sch.get_loops(rf)
+    bo, bi = sch.split(b, factors=[None, _lane_tile(cfg.batch, batch_tile)])
+    sch.reorder(n, bo, ko, bi, kv)
+    sch.parallel(n)
+    sch.reverse_compute_at(blk, bo)
+    sch.set_scope(rf, 0, "local")
+    sch.vectorize(kv)
+    sch.decompose_reduction(rf, ko)
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("gemv")
+def cuda(
+    sch: s_tir.Schedule,
+    cfg: DecodeConfig,
+    proj: str,
+    rows: int | None = None,
+    threads_per_row: int | None = None,
+    vector: int = 4,
+    batch_tile: int = 16,
+    smem_bytes: int = 24576,
+    unroll: int = 8,
+) -> None:
+    """One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
+
+    Threads read w with `vector`-wide (float4) coalesced loads along K, `unroll` loads in flight; every w
+    element read serves the B tile's lanes of x, staged in shared memory in K chunks of <= `smem_bytes`.
+    Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
+    <= `batch_tile` lanes (fewer where the smem chunk would not hold them).
+    """
+    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes)
+    rows, threads_per_row, b_tile, k_chunk = layout
+    b_tiles = math.ceil(cfg.batch / b_tile)
+
+    blk = sch.get_sblock("gemv")
+    b, n, k = sch.get_loops(blk)
+    ko, kt, kv = sch.split(k, factors=[None, threads_per_row, vector])
+    rf = sch.rfactor(kt, factor_axis=0)
+    b, n, ko, kt, kv = sch.get_loops(rf)
+    bo, bi = sch.split(b, factors=[b_tiles, b_tile])
+    no, ni = sch.split(n, factors=[None, rows])
+    kc, ki = sch.split(ko, factors=[None, k_chunk])
+    sch.reorder(no, bo, ni, kt, kc, ki, bi, kv)
+    sch.bind(sch.fuse(no, bo), "blockIdx.x")  # B tiles of the same rows are neighbours: w reuse in L2
+    sch.bind(ni, "threadIdx.y")
+    sch.bind(kt, "threadIdx.x")
+
+    sch.reverse_compute_at(blk, ni, preserve_unit_loops=True)
+    kr, br, nr = sch.get_loops(blk)[2:]
+    sch.reorder(br, nr, kr)
+    sch.bind(kr, "threadIdx.x")  # cross-thread allreduce: warp shuffles (+ smem across warps)
+    sch.set_scope(rf, 0, "local")
+
+    w_loc = sch.cache_read(rf, 1, "local")
+    sch.compute_at(w_loc, ki)
+    sch.vectorize(sch.get_loops(w_loc)[-1])
+    if rows > 1:  # x is shared by the CTA's rows: stage the chunk once (with one row, each x is read once)
+        x_sh = sch.cache_read(rf, 0, "shared")
+        sch.compute_at(x_sh, kc)
+        fused = sch.fuse(*sch.get_loops(x_sh)[4:])
+        _, ty, tx, v = sch.split(fused, factors=[None, rows, threads_per_row, vector])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(v)
+    x_loc = sch.cache_read(rf, 0, "local")
+    sch.compute_at(x_loc, bi)
+    sch.vectorize(sch.get_loops(x_loc)[-1])
+
+    sch.decompose_reduction(rf, kc)
+    _, ku = sch.split(ki, factors=[None, _divisor_at_most(k_chunk, unroll)])
+    sch.unroll(ku)
+
+
+def cuda_layout(
+    cfg: DecodeConfig,
+    proj: str,
+    rows: int | None = None,
+    threads_per_row: int | None = None,
+    vector: int = 4,
+    batch_tile: int = 16,
+    smem_bytes: int = 24576,
+) -> tuple[int, int, int, int]:
+    """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk)` of the CUDA schedule.
+
+    The grid is `N / rows * ceil(B / lanes)` CTAs of `rows * threads_per_row` threads; one K step is
+    `threads_per_row * vector` columns.
+    """
+    n_rows, n_cols = cfg.model.projections[proj]
+    b_tiles = math.ceil(cfg.batch / batch_tile)
+    if rows is None:
+        rows = 1
+        while rows < 8 and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
+            rows *= 2
+    if threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
+        threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) // rows
+        while threads_per_row > 32 and (n_cols // vector) % threads_per_row:
+            threads_per_row //= 2
+    k_steps = math.ceil(n_cols / (threads_per_row * vector))
+    if rows == 1:  # x goes straight to registers: no smem chunk
+        return rows, threads_per_row, _lane_tile(cfg.batch, batch_tile), k_steps
+    step_bytes = threads_per_row * vector * 4  # x bytes one lane consumes per K step
+    b_tile = _lane_tile(cfg.batch, max(1, min(batch_tile, smem_bytes // step_bytes)))
+    return rows, threads_per_row, b_tile, _divisor_at_most(k_steps, smem_bytes // (b_tile * step_bytes))
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of `n` that is <= `cap` (at least 1)."""
+    return max(d for d in range(1, max(1, min(cap, n)) + 1) if n % d == 0)
+
+
+def _lane_tile(batch: int, cap: int) -> int:
+    """Lanes per B tile, <= `cap`: a divisor of `batch` if one is > cap/2, else the balanced split (predicated)."""
+    d = _divisor_at_most(batch, cap)
+    return d if 2 * d > cap else math.ceil(batch / math.ceil(batch / cap))

@@ -1,6 +1,8 @@
-"""PLACEHOLDER: gemv reference (being written)."""
+"""gemv reference."""
+
+import numpy as np
 
 
-def gemv(**kwargs):
-    raise NotImplementedError("gemv")
-
+def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """w: [N, K], x: [B, K] -> y[:] = x @ w.T, [B, N]."""
+    y[...] = x @ w.T
