@@ -1,9 +1,181 @@
-"""PLACEHOLDER: decode_attention schedules (being written)."""
+"""decode_attention schedules.
+
+CUDA, split and unsplit (one CTA per lane, kv head and split; unsplit loops over the chunks in one CTA per lane
+and kv head): `warps` warps x 32 lanes. Scores: one warp per position (`positions` consecutive positions per warp
+step), each lane loads `D / (32*vector)` vector-wide pieces of the K row once for the G query heads of its kv head,
+in-thread dot products then a warp-shuffle reduction, into shared memory. Max and sum over the chunk: all threads,
+cross-thread reductions. Values: the same row-per-warp layout over V, per-warp partial sums in registers (rfactor),
+summed across warps through shared memory. Reduce: one CTA per (lane, head), threads over D.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+LANES = 32
+SHARED_BYTES = 48 * 1024
 
 
-def llvm(sch, cfg, **flags):
-    raise NotImplementedError("decode_attention")
+def _lanes(sch: s_tir.Schedule, loop, vector: int):
+    """A loop over D -> (threadIdx.x, serial, vector): lane `x` owns elements `(i*32 + x)*vector + v`."""
+    lo, tx, v = sch.split(loop, factors=[None, LANES, vector])
+    sch.reorder(tx, lo, v)
+    sch.bind(tx, "threadIdx.x")
+    return lo, v
 
 
-def cuda(sch, cfg, **flags):
-    raise NotImplementedError("decode_attention")
+def _all_threads(sch: s_tir.Schedule, loop, warps: int) -> None:
+    """A loop over positions -> (threadIdx.y, threadIdx.x, serial): a reduction over every thread of the CTA."""
+    lo, ty, tx = sch.split(loop, factors=[None, warps, LANES])
+    sch.reorder(ty, tx, lo)
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+
+
+def _spread(sch: s_tir.Schedule, loop, warps: int, vector: int) -> None:
+    """An element-wise loop -> (serial, threadIdx.y, threadIdx.x, vector)."""
+    _, ty, tx, v = sch.split(loop, factors=[None, warps, LANES, vector])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(v)
+
+
+def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
+    """`warps`, or the most (8, 4 or 2) whose shared memory fits: the chunk's scores [G, split_len], q [G, D],
+    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit)."""
+    if warps is not None:
+        return warps
+    m = cfg.model
+    group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
+    halves = d // (LANES * vector)
+    extra = 2 * d if stage == "unsplit" else 0
+    w = 8
+    while w > halves and 4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024:
+        w //= 2
+    return w
+
+
+def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: int, vector: int):
+    """The chunk blocks of split and unsplit; returns the cross-warp sum block of acc_out."""
+    b_score = sch.get_sblock("score")
+    g, t, d = sch.get_loops(b_score)[-3:]
+    sch.reorder(t, g)
+    k_row = sch.cache_read(b_score, "k_cache", "local")
+    q_smem = sch.cache_read(b_score, "q", "shared")
+    to, ty, p = sch.split(t, factors=[None, warps, positions])
+    sch.reorder(ty, to, g, p)  # every row is used by the first head: the loads of all rows issue together
+    sch.compute_at(k_row, to)
+    sch.bind(ty, "threadIdx.y")
+    sch.unroll(p)
+    sch.unroll(g)
+    for loop in (sch.get_loops(b_score)[-1], sch.get_loops(k_row)[-1]):
+        lo, v = _lanes(sch, loop, vector)
+        sch.unroll(lo)
+        sch.unroll(v)
+    sch.unroll(sch.get_loops(k_row)[-4])
+    sch.vectorize(sch.get_loops(k_row)[-1])
+    _spread(sch, sch.fuse(*sch.get_loops(q_smem)[-2:]), warps, vector)
+    sch.set_scope(b_score, 0, "shared")
+
+    b_max = sch.get_sblock("chunk_max")
+    _all_threads(sch, sch.get_loops(b_max)[-1], warps)
+    sch.set_scope(b_max, 0, "shared")
+    b_m = sch.get_sblock("max_out")
+    sch.bind(sch.split(sch.get_loops(b_m)[-1], factors=[None, LANES])[1], "threadIdx.x")
+    sch.compute_inline(sch.get_sblock("prob"))
+    b_sum = sch.get_sblock("sum_out")
+    _all_threads(sch, sch.get_loops(b_sum)[-1], warps)
+
+    b_acc = sch.get_sblock("acc_out")
+    g, d, t = sch.get_loops(b_acc)[-3:]
+    halves = cfg.model.head_dim // (LANES * vector)  # warps per V row
+    to, pg, p = sch.split(t, factors=[None, warps // halves, positions])
+    rf = sch.rfactor(pg, 0)
+    g, d, to, pg, p = sch.get_loops(rf)[-5:]
+    dh, tx, v = sch.split(d, factors=[halves, LANES, vector])
+    sch.reorder(pg, dh, tx, to, g, p, v)
+    sch.bind(sch.fuse(pg, dh), "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    for loop in (p, g, v):
+        sch.unroll(loop)
+    v_row = sch.cache_read(rf, "v_cache", "local")
+    sch.compute_at(v_row, to)
+    sch.unroll(sch.get_loops(v_row)[-2])
+    sch.vectorize(sch.get_loops(v_row)[-1])
+    partial = sch.cache_write(rf, 0, "local")
+    sch.set_scope(partial, 0, "shared")
+    sch.reverse_compute_at(partial, tx)
+    sch.vectorize(sch.get_loops(partial)[-1])
+    sch.decompose_reduction(rf, to)
+
+    g, d, w = sch.get_loops(b_acc)[-3:]
+    _, ty, tx, v = sch.split(sch.fuse(g, d), factors=[None, warps, LANES, vector])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.unroll(v)
+    return b_acc
+
+
+def cuda(
+    sch: s_tir.Schedule,
+    cfg: DecodeConfig,
+    stage: str,
+    indirect: bool,
+    warps: int | None = None,
+    positions: int = 4,
+    vector: int = 4,
+    reduce_threads: int = 64,
+) -> None:
+    """warps: warps per CTA (default: as many as fit, <= 8); positions: positions per warp step;
+    vector: elements per load (4 = 16 bytes); reduce_threads: threads per (lane, head) in the reduce stage."""
+    if stage == "reduce":
+        _cuda_reduce(sch, reduce_threads, vector)
+        return
+    warps = _warps(cfg, stage, warps, vector)
+    outer = sch.get_sblock(stage)
+    bx = sch.fuse(*sch.get_loops(outer)[:-1])
+    sch.bind(bx, "blockIdx.x")
+    sch.annotate(bx, "pragma_unroll_explicit", 0)  # unrolled loops hold allreduces: leave unrolling to nvcc
+    b_acc = _cuda_chunk(sch, cfg, warps, positions, vector)
+    if stage == "unsplit":
+        _cuda_merge(sch, b_acc, warps, vector)
+
+
+def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
+    """unsplit: chunk partials and running state in shared memory; per-element blocks on all threads,
+    per-head blocks on lanes."""
+    sch.set_scope(b_acc, 0, "shared")
+    for name in ("max_out", "sum_out", "init_acc", "merge_acc", "merge_stats"):
+        for index in range(len(sch.get(sch.get_sblock(name)).writes)):
+            sch.set_scope(sch.get_sblock(name), index, "shared")
+    sch.set_scope(sch.get_sblock("init_stats"), 0, "shared")
+    sch.set_scope(sch.get_sblock("init_stats"), 1, "shared")
+    for name in ("init_acc", "merge_acc", "store_acc", "normalize"):
+        _spread(sch, sch.fuse(*sch.get_loops(sch.get_sblock(name))[-2:]), warps, vector)
+    for name in ("init_stats", "merge_stats", "store_stats"):
+        loop = sch.get_loops(sch.get_sblock(name))[-1]
+        sch.bind(sch.split(loop, factors=[None, LANES])[1], "threadIdx.x")
+
+
+def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int) -> None:
+    """One CTA per (lane, head); every thread computes the max and the denominator over the valid splits
+    itself (a few scalars, no synchronisation) and owns `vector`-wide pieces of D for the numerator."""
+    sch.bind(sch.fuse(*sch.get_loops(sch.get_sblock("reduce"))[:-1]), "blockIdx.x")
+    b_norm = sch.get_sblock("normalize")
+    _, tx, v = sch.split(sch.get_loops(b_norm)[-1], factors=[None, threads, vector])
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(v)
+    b_num = sch.get_sblock("num")
+    sch.compute_at(b_num, tx)
+    sch.set_scope(b_num, 0, "local")
+    sch.reorder(*sch.get_loops(b_num)[-2:][::-1])
+    sch.vectorize(sch.get_loops(b_num)[-1])
+    for name in ("den", "max"):
+        sch.set_scope(sch.get_sblock(name), 0, "local")
+
+
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool) -> None:
+    """The definition as written (serial). `parallel` and `vectorize` check compact dataflow, which the
+    early-exit loop above each per-CTA block (a data-dependent 0/1 extent) fails; see the report."""

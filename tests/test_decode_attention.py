@@ -1,0 +1,93 @@
+"""Split-KV decode attention in stages (llvm): split vs its reference, reduce vs its reference (empty splits hold
+NaN, which reduce must not read), then split + reduce against the unsplit reference and a plain float64 softmax,
+at sequence lengths 1, a split boundary and max_len."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import TOL_OP, assert_close
+
+from gdn_tvm.build.compile import compile_op
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_reduce, decode_attention_split
+from gdn_tvm.registry import OPS
+from gdn_tvm.target import llvm
+
+CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=96, split_len=32)
+SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, CFG.max_len]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    names = ("decode_attention_split", "decode_attention_reduce", "decode_attention_indirect")
+    return {n: compile_op(OPS[n], CFG, llvm()) for n in names}
+
+
+def _inputs(rng, seq_len: int) -> dict:
+    m = CFG.model
+    cache = (CFG.slots, CFG.max_len, m.n_kv_heads, m.head_dim)
+    return {
+        "q": rng.standard_normal((CFG.batch, m.n_q_heads, m.head_dim)).astype(np.float32),
+        "k_cache": rng.standard_normal(cache).astype(np.float32),
+        "v_cache": rng.standard_normal(cache).astype(np.float32),
+        "slots": np.array([2, -1, 0], np.int32),
+        "positions": np.array([seq_len - 1, 0, max(seq_len - 2, 0)], np.int32),
+    }
+
+
+def _partials() -> dict:
+    m = CFG.model
+    shape = (CFG.batch, m.n_q_heads, CFG.n_splits)
+    return {"m": np.full(shape, np.nan, np.float32), "l": np.full(shape, np.nan, np.float32),
+            "acc": np.full(shape + (m.head_dim,), np.nan, np.float32)}  # fmt: skip
+
+
+def _softmax_attention(x: dict, b: int) -> np.ndarray:
+    """Plain float64 softmax attention of lane b: [Hq, D]."""
+    hq, hkv = CFG.model.n_q_heads, CFG.model.n_kv_heads
+    s, n = x["slots"][b], x["positions"][b] + 1
+    out = np.empty((hq, CFG.model.head_dim))
+    for h in range(hq):
+        k = x["k_cache"][s, :n, h // (hq // hkv)].astype(np.float64)
+        v = x["v_cache"][s, :n, h // (hq // hkv)].astype(np.float64)
+        w = np.exp(k @ x["q"][b, h] / np.sqrt(k.shape[1]) - (k @ x["q"][b, h] / np.sqrt(k.shape[1])).max())
+        out[h] = w @ v / w.sum()
+    return out
+
+
+@pytest.mark.parametrize("seq_len", SEQ_LENS)
+def test_split_then_reduce(kernels, rng, seq_len):
+    x = _inputs(rng, seq_len)
+    got = _partials()
+    kernels["decode_attention_split"](**x, **got)
+    expect = {k: v.astype(np.float64) for k, v in _partials().items()}
+    decode_attention_split(**{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in x.items()},
+                           **expect, split_len=CFG.split_len)  # fmt: skip
+    for name in ("m", "l", "acc"):
+        assert_close(got[name], expect[name], TOL_OP, f"split.{name}")  # NaN exactly on the unwritten splits
+
+    out = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan, np.float32)
+    reduce_args = {"slots": x["slots"], "positions": x["positions"]}
+    kernels["decode_attention_reduce"](**got, **reduce_args, out=out)
+    ref = np.full(out.shape, np.nan)
+    decode_attention_reduce(**expect, **reduce_args, out=ref, split_len=CFG.split_len)
+    assert_close(out, ref, TOL_OP, "reduce.out")
+
+    unsplit = np.full(out.shape, np.nan)
+    decode_attention(**{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in x.items()}, out=unsplit)
+    assert_close(out, unsplit, TOL_OP, "split+reduce vs unsplit reference")
+    direct = np.full(out.shape, np.nan, np.float32)
+    kernels["decode_attention_indirect"](**x, out=direct)
+    assert_close(direct, unsplit, TOL_OP, "unsplit kernel")
+    for b in np.flatnonzero(x["slots"] >= 0):
+        assert_close(out[b], _softmax_attention(x, b), TOL_OP, f"split+reduce vs softmax, lane {b}")
+
+
+def test_reduce_never_reads_empty_splits(kernels, rng):
+    x = _inputs(rng, CFG.split_len + 1)
+    got = _partials()
+    kernels["decode_attention_split"](**x, **got)  # splits past each sequence stay NaN
+    out = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan, np.float32)
+    kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
+    assert np.isfinite(out[x["slots"] >= 0]).all() and np.isnan(out[x["slots"] < 0]).all()
