@@ -23,6 +23,7 @@ from benchmarks.timing import gbps, n_sets, time_eager, time_graph
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS, Op
+from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda
 
@@ -83,14 +84,19 @@ def fla_delta_rule(cfg: DecodeConfig, values: dict):
     return call
 
 
+def time_kernel(kernel: Kernel, value_sets: list[dict]) -> float:
+    """Median graph-replayed microseconds of `kernel` rotating over `value_sets`."""
+    bound = [bind(kernel.signature, v) for v in value_sets]
+    return time_graph(lambda i: kernel.func(*bound[i]), len(bound))
+
+
 def bench_op(op: Op, cfg: DecodeConfig, rng: np.random.Generator) -> dict:
     kernel = compile_op(op, cfg, cuda())
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)
     value_sets = [inputs(op, cfg, rng) for _ in range(sets)]
-    bound = [bind(kernel.signature, v) for v in value_sets]
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
-    row["tvm_us"] = time_graph(lambda i: kernel.func(*bound[i]), sets)
+    row["tvm_us"] = time_kernel(kernel, value_sets)
     baseline = torch_ops.BASELINES.get(op.family) if op.name != "decode_attention_reduce" else None
     if baseline is not None:
         calls = [lambda v=v: baseline(cfg.model, seq_len=cfg.max_len, **v) for v in value_sets]

@@ -14,27 +14,27 @@ import torch.nn.functional as F
 EPS = 1e-6
 
 
-def causal_conv1d_silu(m, x, weight, state, slots, y, **_):
+def causal_conv1d_silu(model, x, weight, state, slots, y, **_):
     idx = slots.long()
     window = torch.cat([state[idx], x[:, :, None]], dim=-1)
     y.copy_(F.silu((window * weight).sum(-1)))
     state[idx] = window[:, :, 1:]
 
 
-def per_head_l2_norm(m, qkv, qk, **_):
+def per_head_l2_norm(model, qkv, qk, **_):
     x = qkv[:, : qk.shape[1] * qk.shape[2]].reshape(qk.shape)
     qk.copy_(x * torch.rsqrt((x * x).sum(-1, keepdim=True) + EPS))
 
 
-def gates(m, a, b, A, dt_bias, g, beta, **_):
+def gates(model, a, b, A, dt_bias, g, beta, **_):
     g.copy_(F.softplus(a + dt_bias, threshold=20.0) * A)
     beta.copy_(torch.sigmoid(b))
 
 
-def delta_rule(m, qk, qkv, g, beta, state, slots, o, **_):
-    hk, hv, dk, dv = m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim
+def delta_rule(model, qk, qkv, g, beta, state, slots, o, **_):
+    hk, hv, dk, dv = model.n_k_heads, model.n_v_heads, model.head_k_dim, model.head_v_dim
     idx = slots.long()
-    heads = torch.tensor([m.key_head(h) for h in range(hv)], device=qk.device)
+    heads = torch.tensor([model.key_head(h) for h in range(hv)], device=qk.device)
     q, k = qk[:, :hk][:, heads], qk[:, hk:][:, heads]  # [B, Hv, Dk]
     v = qkv[:, 2 * hk * dk :].reshape(-1, hv, dv)
     s = state[idx] * torch.exp(g)[..., None, None]
@@ -44,54 +44,57 @@ def delta_rule(m, qk, qkv, g, beta, state, slots, o, **_):
     state[idx] = s
 
 
-def gated_rmsnorm(m, o, z, w, y, **_):
+def gated_rmsnorm(model, o, z, w, y, **_):
     y.copy_(o * torch.rsqrt((o * o).mean(-1, keepdim=True) + EPS) * w * F.silu(z))
 
 
-def split_interleaved(m, src, q, gate, **_):
+def split_interleaved(model, src, q, gate, **_):
     d = q.shape[-1]
     q.copy_(src[..., :d])
     gate.copy_(src[..., d:])
 
 
-def per_head_rmsnorm(m, q, k, q_norm, k_norm, q_out, k_out, **_):
+def per_head_rmsnorm(model, q, k, q_norm, k_norm, q_out, k_out, **_):
     q_out.copy_(q * torch.rsqrt((q * q).mean(-1, keepdim=True) + EPS) * q_norm)
     k_out.copy_(k * torch.rsqrt((k * k).mean(-1, keepdim=True) + EPS) * k_norm)
 
 
-def partial_neox_rope(m, q, k, q_out, k_out, pos=None, positions=None, **_):
-    half = m.n_rot // 2
+def partial_neox_rope(model, q, k, q_out, k_out, pos=None, positions=None, **_):
+    half = model.n_rot // 2
     p = positions.double() if positions is not None else torch.full((q.shape[0],), float(pos), device=q.device).double()
-    inv = m.rope_theta ** (-2.0 * torch.arange(half, device=q.device, dtype=torch.float64) / m.n_rot)
+    inv = model.rope_theta ** (-2.0 * torch.arange(half, device=q.device, dtype=torch.float64) / model.n_rot)
     ang = p[:, None, None] * inv
     cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
     for x, out in ((q, q_out), (k, k_out)):
-        x1, x2 = x[..., :half], x[..., half : m.n_rot]
+        x1, x2 = x[..., :half], x[..., half : model.n_rot]
         out[..., :half] = x1 * cos - x2 * sin
-        out[..., half : m.n_rot] = x1 * sin + x2 * cos
-        out[..., m.n_rot :] = x[..., m.n_rot :]
+        out[..., half : model.n_rot] = x1 * sin + x2 * cos
+        out[..., model.n_rot :] = x[..., model.n_rot :]
 
 
-def kv_row_scatter(m, k, v, k_cache, v_cache, slots, pos=None, positions=None, **_):
+def kv_row_scatter(model, k, v, k_cache, v_cache, slots, pos=None, positions=None, **_):
     idx = slots.long()
     p = positions.long() if positions is not None else torch.full_like(idx, pos)
     k_cache[idx, p] = k
     v_cache[idx, p] = v
 
 
-def decode_attention(m, q, k_cache, v_cache, slots, out, seq_len, **_):
+def decode_attention(model, q, k_cache, v_cache, slots, seq_len, out=None, **_):
+    """Whole decode attention (SDPA); the split-KV stages are compared with it as a whole (out=None allocates)."""
+    out = torch.empty_like(q) if out is None else out
     idx = slots.long()
-    group = m.n_q_heads // m.n_kv_heads
+    group = model.n_q_heads // model.n_kv_heads
     keys = k_cache[idx, :seq_len].transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, T, D]
     vals = v_cache[idx, :seq_len].transpose(1, 2).repeat_interleave(group, dim=1)
     out.copy_(F.scaled_dot_product_attention(q[:, :, None], keys, vals).squeeze(2))
+    return out
 
 
-def sigmoid_gate(m, x, gate, y, **_):
+def sigmoid_gate(model, x, gate, y, **_):
     y.copy_(x * torch.sigmoid(gate))
 
 
-def gemv(m, w, x, y, **_):
+def gemv(model, w, x, y, **_):
     torch.matmul(x, w.t(), out=y)
 
 

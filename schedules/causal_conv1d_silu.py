@@ -6,6 +6,9 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"threads": (32, 64, 128, 256)}
+
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
     """(lane, channel chunk) in parallel; y vectorised over the chunk, the rest computed per chunk."""

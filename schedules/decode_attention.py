@@ -17,6 +17,9 @@ from gdn_tvm.config import DecodeConfig
 LANES = 32
 SHARED_BYTES = 48 * 1024
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"warps": (2, 4, 8), "positions": (2, 4, 8)}
+
 
 def _lanes(sch: s_tir.Schedule, loop, vector: int):
     """A loop over D -> (threadIdx.x, serial, vector): lane `x` owns elements `(i*32 + x)*vector + v`."""

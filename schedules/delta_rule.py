@@ -9,6 +9,9 @@ from gdn_tvm.config import DecodeConfig
 _LOCAL = ("qk_head", "decay", "state_load", "kq", "sk", "sq", "delta")  # per-thread intermediates on CUDA
 _ALONG_DK = ("qk_head", "state_load", "kq", "sk", "sq", "update")  # blocks whose innermost loop runs along Dk
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"row_groups": (1, 2, 4, 8), "rows_per_group": (1, 2, 4), "lanes": (16, 32)}
+
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
     """Merge the row loops of "update" and "o" into one (b, h, i) nest; returns it and update's Dk loop."""

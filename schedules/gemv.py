@@ -10,6 +10,9 @@ from gdn_tvm.config import DecodeConfig
 
 SMS = 132  # H200 streaming multiprocessors
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "unroll": (4, 8)}
+
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8, batch_tile: int = 4) -> None:
     """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load

@@ -6,6 +6,9 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"heads_per_block": (1, 2, 4)}
+
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, vector: int = 8) -> None:
     """cos/sin once per lane and pair; heads in parallel, pairs and copied dims vectorised."""

@@ -8,6 +8,9 @@ from gdn_tvm.config import DecodeConfig
 
 from .common import cuda_head_norm, llvm_head_norm
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"heads_per_block": (1, 2, 4), "threads_per_head": (32, 64)}
+
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
     llvm_head_norm(sch, "sumsq", "norm")

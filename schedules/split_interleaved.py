@@ -8,6 +8,9 @@ from gdn_tvm.config import DecodeConfig
 
 from .common import cuda_elementwise, llvm_elementwise
 
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"threads": (32, 64, 128, 256)}
+
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
     llvm_elementwise(sch, "split")
