@@ -73,7 +73,7 @@ def _attn(m, B, w, st, x, slots, positions, seq_len):
     torch_ops.partial_neox_rope(m, qn, kn, qr, kr, positions=positions)
     torch_ops.kv_row_scatter(m, kr, v, st[0], st[1], slots, positions=positions)
     attn = torch.empty_like(q)
-    torch_ops.decode_attention(m, qr, st[0], st[1], slots, attn, seq_len=seq_len)
+    torch_ops.decode_attention(m, qr, st[0], st[1], slots, seq_len, attn)
     return (attn * torch.sigmoid(gate)).view(B, -1) @ w["o_proj"].t()
 
 

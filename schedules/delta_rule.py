@@ -37,8 +37,8 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
 def cuda(
     sch: s_tir.Schedule,
     cfg: DecodeConfig,
-    row_groups: int = 4,
-    rows_per_group: int = 2,
+    row_groups: int = 8,
+    rows_per_group: int = 1,
     lanes: int = 32,
     vector: int = 4,
 ) -> None:
