@@ -4,7 +4,7 @@ STAMP   := .venv/.installed
 PYTEST  := $(PY) -m pytest
 JOBS    ?= 2
 
-.PHONY: help install test test-gpu bench lint format clean
+.PHONY: help install tune build test test-gpu bench lint format clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -16,6 +16,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install gdn_tvm editable with its pinned dependencies
+
+tune: $(STAMP)  ## MetaSchedule-tune every op (default preset, B=1; GPU if present, else llvm) into tuning_logs/; ARGS="--help"
+	$(PY) -m gdn_tvm.tune $(ARGS)
+
+build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<preset>-<target>-b<batch>/ (.so + manifest.json); ARGS="--help"
+	$(PY) -m gdn_tvm.build $(ARGS)
 
 test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
 	$(PYTEST) -n $(JOBS) -q

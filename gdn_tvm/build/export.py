@@ -1,0 +1,122 @@
+"""`make build`: apply the tuning records strictly, compile every registry op for one target into one shared
+library, and write `manifest.json` beside it (`<out>/<preset>-<target>-b<batch>/`).
+
+A workload without a record is an error naming it, unless `allow_hand`: then its hand schedule is built, and
+the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm import tirx
+
+from gdn_tvm.build import cuda_stub
+from gdn_tvm.build.library import cuda_compile_mode, export_library
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.registry import OPS, get
+from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
+from gdn_tvm.tuning import records
+from gdn_tvm.tuning.workload import Workload, workload
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One op's scheduled PrimFunc; `source` is "tuned" (from a record file with hash `digest`) or "hand"."""
+
+    name: str
+    key: str
+    func: tirx.PrimFunc
+    source: str
+    digest: str | None
+    tuned_us: float | None  # the record's measured time
+
+
+def schedule_ops(
+    cfg: DecodeConfig, kind: str, logs: str | Path, names: Sequence[str], allow_hand: bool
+) -> list[Scheduled]:
+    """Every op of `names` scheduled from its tuning record (hand schedule only with `allow_hand`).
+
+    Raises `MissingRecordError` naming every workload without a record when not `allow_hand`.
+    """
+    by_key: dict[str, Scheduled | None] = {}
+    missing: list[str] = []
+    for name in names:
+        op = get(name)
+        key = op.workload_key(cfg, kind)
+        if key not in by_key:
+            by_key[key] = _schedule(workload(op, cfg, kind), logs, allow_hand, missing)
+    if missing and not allow_hand:
+        raise records.MissingRecordError(
+            f"{len(missing)} workload(s) without a tuning record (tune them, or pass --allow-hand to build "
+            "their hand schedules):\n  " + "\n  ".join(missing)
+        )
+    return [dataclasses.replace(by_key[get(name).workload_key(cfg, kind)], name=name) for name in names]
+
+
+def _schedule(w: Workload, logs: str | Path, allow_hand: bool, missing: list[str]) -> Scheduled | None:
+    """`w` scheduled by its record, else (appending to `missing`) by hand with `allow_hand`, else None."""
+    try:
+        found = records.lookup(logs, w)
+    except records.MissingRecordError as err:
+        missing.append(str(err))
+        if not allow_hand:
+            return None
+        return Scheduled(w.op.name, w.key, w.op.schedule(w.cfg, w.kind).mod["main"], "hand", None, None)
+    return Scheduled(w.op.name, w.key, records.replay(found, w).mod["main"], "tuned", found.digest, found.run_us)
+
+
+def build(
+    cfg: DecodeConfig,
+    target: tvm.target.Target,
+    logs: str | Path,
+    out: str | Path,
+    allow_hand: bool = False,
+    names: Sequence[str] = tuple(OPS),
+    echo: Callable[[str], None] = print,
+) -> Path:
+    """Build and export every op of `names`; returns the manifest's path."""
+    kind = target.kind.name
+    scheduled = schedule_ops(cfg, kind, logs, names, allow_hand)
+    folder = Path(out) / artifact_name(cfg.model.name, kind, cfg.batch)
+    folder.mkdir(parents=True, exist_ok=True)
+    library = folder / f"{folder.name}.so"
+    mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
+    manifest = {
+        "format": FORMAT,
+        "preset": cfg.model.name,
+        "target": kind,
+        "batch": cfg.batch,
+        "tvm": tvm.__version__,
+        "library": library.name,
+        "config": dataclasses.asdict(cfg),
+        "target_json": json.loads(str(target)),  # str(Target) is its JSON
+    }
+    if kind == "cuda" and not tvm.runtime.enabled("cuda"):
+        manifest["cuda_compile"] = cuda_stub.export_with_stub(mod, target, library, Path(out) / "cuda_stub")
+    else:
+        export_library(mod, target, library)
+        if kind == "cuda":
+            manifest["cuda_compile"] = cuda_compile_mode()
+    hand = [s.name for s in scheduled if s.source == "hand"]
+    manifest["hand_schedules"] = hand
+    manifest["functions"] = {
+        s.name: {
+            "workload": s.key,
+            "schedule": s.source,
+            "record": s.digest,
+            "tuned_us": s.tuned_us,
+            "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
+        }
+        for s in scheduled
+    }
+    path = folder / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    fallback = f" ({', '.join(hand)})" if hand else ""
+    echo(f"{library}: {len(scheduled)} ops, {len(scheduled) - len(hand)} tuned, {len(hand)} hand{fallback}")
+    return path

@@ -1,0 +1,41 @@
+"""Compile a scheduled IRModule for a target and export it as one shared library.
+
+For CUDA the library must carry compiled device code: TVM compiles it at build time only when its CUDA
+runtime is loaded (a driver, or the stub of `cuda_stub`); otherwise it silently keeps the source, which the
+GPU machine would then JIT at every load. That case is an error here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import tvm
+
+from gdn_tvm.build.compile import compile_mod, is_in_place
+
+
+def export_library(mod: tvm.IRModule, target: tvm.target.Target, path: Path) -> None:
+    """`mod` (one PrimFunc per exported function name) compiled for `target` into the shared library `path`.
+
+    In-place functions are compiled apart (without no-alias, see `compile.is_in_place`) so that the others keep
+    it; the second module is imported into the first and both are exported together.
+    """
+    groups: dict[bool, dict] = {}
+    for gv, func in mod.functions_items():
+        groups.setdefault(is_in_place(tvm.IRModule({gv: func})), {})[gv] = func
+    first, *rest = executables = [compile_mod(tvm.IRModule(funcs), target) for funcs in groups.values()]
+    device = [m for ex in executables for m in ex.mod.imports if m.kind == "cuda"]
+    if target.kind.name == "cuda" and not (device and all(m.is_runnable() for m in device)):
+        raise RuntimeError(
+            "the CUDA module holds source, not compiled device code: TVM's CUDA runtime is not loaded "
+            "(no libcuda.so.1); build through gdn_tvm.build.cuda_stub"
+        )
+    for ex in rest:
+        first.mod.import_module(ex.mod)
+    first.export_library(str(path))
+
+
+def cuda_compile_mode() -> str:
+    """How TVM compiles CUDA here: `TVM_CUDA_COMPILE_MODE` (nvrtc, the default, makes a cubin; nvcc a fatbin)."""
+    return os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")

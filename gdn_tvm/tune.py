@@ -1,0 +1,76 @@
+"""`python -m gdn_tvm.tune` (`make tune`): MetaSchedule-tune every registry workload of a preset for a target.
+
+Defaults: the bundled default preset at batch 1; CUDA (sm_90) when a GPU is present, else llvm with this
+machine's cores; `BUDGETS[kind].trials` candidates per workload (llvm 8, cuda 16). Logs go to
+`<work-dir>/<workload key>/`; workloads already recorded are skipped (`--force` tunes them further), and an
+interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from gdn_tvm.config import DEFAULT_PRESET, PRESETS, DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.target import by_name, gpu_present
+from gdn_tvm.tuning.driver import BUDGETS, table, tune
+from gdn_tvm.tuning.records import TuningLogError
+
+
+def _interrupted(_signum, _frame) -> None:
+    """Ctrl-C: MetaSchedule's C++ search loop swallows KeyboardInterrupt, so leave at once. The databases are
+    appended record by record, so nothing measured is lost; the next run resumes from them."""
+    print("\ninterrupted: measured records are kept; run again to resume", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m gdn_tvm.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
+    p.add_argument(
+        "--trials",
+        type=int,
+        help="MetaSchedule candidates per workload (default per target; 0 measures the hand schedule only)",
+    )
+    p.add_argument("--ops", help=f"comma-separated registry op names (default: all {len(OPS)})")
+    p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")
+    p.add_argument("--force", action="store_true", help="tune recorded workloads again (keeps the best)")
+    args = p.parse_args(argv)
+    target = by_name(args.target)
+    kind = target.kind.name
+    if kind == "cuda" and not gpu_present():
+        p.error("tuning for cuda measures on the GPU, and none is present")
+    names = args.ops.split(",") if args.ops else list(OPS)
+    unknown = [n for n in names if n not in OPS]
+    if unknown:
+        p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    cfg = DecodeConfig(preset(args.preset), batch=args.batch)
+    trials = BUDGETS[kind].trials if args.trials is None else args.trials
+    n = len({OPS[name].workload_key(cfg, kind) for name in names})
+    print(
+        f"tuning {n} workloads ({len(names)} ops) of {args.preset} B={args.batch} for {kind}, "
+        f"{trials} trials each, logs in {args.work_dir}/{kind}/",
+        flush=True,
+    )
+    start = time.perf_counter()
+    signal.signal(signal.SIGINT, _interrupted)
+    try:
+        results = tune(cfg, target, names, args.work_dir, trials, args.force, lambda s: print(s, flush=True))
+    except TuningLogError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(table(results))
+    print(f"done in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The tuning loop behind `make tune`: every distinct workload of the registry, one line per workload as it
+finishes, a table at the end.
+
+Per workload: measure the hand schedule (default knobs) and commit it to the database first, so the result is
+never slower than the hand schedule and the evolutionary search starts from it; then run MetaSchedule over the
+union space (`space.design_space`) with the xgboost cost model; then prune the database to its best record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.registry import get
+from gdn_tvm.signature import DEVICE_NAMES
+from gdn_tvm.target import device_of
+from gdn_tvm.tuning import measure, records
+from gdn_tvm.tuning.space import design_space, first_line, hand_designs, hand_schedule
+from gdn_tvm.tuning.workload import Workload, workload
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Search settings per target kind; `trials` is the default number of MetaSchedule candidates measured
+    per workload (the hand schedule is measured on top)."""
+
+    trials: int
+    per_iter: int
+    population: int
+    evaluator: ms.runner.EvaluatorConfig
+
+
+BUDGETS = {
+    # 2-core CPU: the ~22 workloads of a preset x (hand + 8 candidates) in about two minutes.
+    "llvm": Budget(8, 8, 64, ms.runner.EvaluatorConfig(number=10, repeat=3, min_repeat_ms=5)),
+    # H200: one search round of 16 candidates per workload (~1 s each, built in parallel, measured in turn):
+    # the ~22 workloads of a preset at B=1 in well under 10 minutes. Deeper searches: --trials.
+    "cuda": Budget(16, 16, 256, ms.runner.EvaluatorConfig(number=20, repeat=3, min_repeat_ms=10)),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """How one workload ended: `status` is "tuned" or "cached" (recorded by an earlier run)."""
+
+    key: str
+    ops: tuple[str, ...]
+    status: str
+    trials: int
+    best_us: float
+    hand_us: float
+    designs: str  # hand designs kept / knob combinations
+    note: str  # e.g. that MetaSchedule's default rules rejected the workload
+    seconds: float = 0.0
+
+    @property
+    def speedup(self) -> float:
+        return self.hand_us / self.best_us
+
+    def line(self) -> str:
+        note = f", {self.note}" if self.note else ""
+        return (
+            f"{self.key} [{', '.join(self.ops)}]: {self.status}, {self.trials} trials, hand designs {self.designs}"
+            f"{note}, best {self.best_us:.2f} us vs hand {self.hand_us:.2f} us ({self.speedup:.2f}x)"
+            f" in {self.seconds:.0f} s"
+        )
+
+
+def workloads(cfg: DecodeConfig, kind: str, names: Sequence[str]) -> list[tuple[Workload, tuple[str, ...]]]:
+    """The distinct workloads of `names` (deduplicated by workload key), each with the op names sharing it."""
+    by_key: dict[str, tuple[Workload, list[str]]] = {}
+    for name in names:
+        op = get(name)
+        key = op.workload_key(cfg, kind)
+        if key not in by_key:
+            by_key[key] = (workload(op, cfg, kind), [])
+        by_key[key][1].append(name)
+    return [(w, tuple(ops)) for w, ops in by_key.values()]
+
+
+def tune(
+    cfg: DecodeConfig,
+    target: tvm.target.Target,
+    names: Sequence[str],
+    root: str | Path,
+    trials: int | None = None,
+    force: bool = False,
+    echo: Callable[[str], None] = print,
+) -> list[Result]:
+    """Tune every distinct workload of `names` into `<root>/<workload key>/`; returns one result per workload."""
+    budget = BUDGETS[target.kind.name]
+    tuner = _Tuner(target, budget, Path(root), budget.trials if trials is None else trials, force)
+    results = []
+    for w, ops in workloads(cfg, target.kind.name, names):
+        start = time.perf_counter()
+        result = dataclasses.replace(tuner.run(w, ops), seconds=time.perf_counter() - start)
+        echo(result.line())
+        results.append(result)
+    return results
+
+
+class _Tuner:
+    """One tuning session: the target, its budget, and a builder shared by every workload."""
+
+    def __init__(self, target: tvm.target.Target, budget: Budget, root: Path, trials: int, force: bool):
+        self.target, self.budget, self.root, self.trials, self.force = target, budget, root, trials, force
+        self.cores = int((target.host or target).attrs["num-cores"])
+        self.builder = ms.builder.LocalBuilder(max_workers=self.cores, f_build=measure.build)
+
+    def run(self, w: Workload, ops: tuple[str, ...]) -> Result:
+        """Tune `w` (or report its record); resumes from the scratch database an interrupted run left."""
+        path = records.folder(self.root, w)
+        scratch = path / records.SCRATCH
+        resuming = scratch.exists()
+        if records.has_log(path):
+            if records.best(records.open_db(path, w.kind), w) is None:  # stale: the op changed since tuning
+                shutil.rmtree(path)
+            elif not (self.force or resuming):
+                s = records.read_summary(path)
+                return Result(
+                    w.key, ops, "cached", s["trials"], s["best_us"], s["hand_us"], s["hand_designs"], s["note"]
+                )
+            else:
+                records.seed_scratch(path)
+        scratch.mkdir(parents=True, exist_ok=True)
+        db = records.open_db(scratch, w.kind, create=True)
+        remaining = max(self.trials - (len(db) if resuming else 0), 0)
+        runner = ms.runner.LocalRunner(
+            evaluator_config=self.budget.evaluator,
+            f_alloc_argument=functools.partial(measure.alloc_arguments, w.index_values),
+        )
+        hand = hand_schedule(w)
+        (hand_secs,) = self._measure(w, [hand], db, runner)
+        if isinstance(hand_secs, str):
+            raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
+        note = self._search(w, db, runner, remaining, str(scratch)) if remaining else ""
+        designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
+        summary = {
+            "ops": list(ops),
+            "trials": len(db) - 1,  # every candidate measured, without this run's hand record
+            "best_us": records.mean_us(records.best(db, w)),
+            "hand_us": sum(hand_secs) / len(hand_secs) * 1e6,
+            "hand_designs": f"{len(designs)}/{len(designs) + rejected}",
+            "note": note,
+        }
+        records.prune(db, path, w.kind)
+        records.write_summary(path, summary)
+        shutil.rmtree(scratch)
+        return Result(
+            w.key, ops, "tuned", *(summary[k] for k in ("trials", "best_us", "hand_us", "hand_designs", "note"))
+        )
+
+    def _search(self, w: Workload, db, runner, trials: int, work_dir: str) -> str:
+        """The hand designs measured directly if MetaSchedule would discard them, then MetaSchedule over what it
+        can search; returns a note on what was left out. A search that fails outright keeps what it measured
+        (at least the hand schedule) and says why in the note."""
+        space = design_space(w, self.target)
+        note = space.note
+        if space.direct:
+            designs, _ = hand_designs(w, s_tir.Schedule(w.mod))
+            self._measure(w, designs[1:], db, runner)  # [0] is the default: the hand schedule, measured
+        if space.generator is None:
+            return note
+        try:
+            self._tune_tir(w, space.generator, db, runner, trials, work_dir)
+        except RuntimeError as err:
+            note = "; ".join(filter(None, [note, f"the search failed ({first_line(err)})"]))
+        return note
+
+    def _measure(self, w: Workload, schedules: list[s_tir.Schedule], db, runner) -> list[list[float] | str]:
+        """Build and run schedules with MetaSchedule's builder and runner and commit a record for each that
+        runs; per schedule its run seconds or its error message."""
+        built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for sch in schedules])
+        device = DEVICE_NAMES[device_of(self.target).dlpack_device_type()]
+        args_info = ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])
+        ok = [i for i, b in enumerate(built) if not b.error_msg]
+        futures = runner.run([ms.runner.RunnerInput(built[i].artifact_path, device, args_info) for i in ok])
+        out: list[list[float] | str] = [b.error_msg for b in built]
+        for i, future in zip(ok, futures, strict=True):
+            shutil.rmtree(Path(built[i].artifact_path).parent, ignore_errors=True)
+            result = future.result()
+            if result.error_msg:
+                out[i] = result.error_msg
+                continue
+            out[i] = [float(s) for s in result.run_secs]
+            record = ms.database.TuningRecord(
+                schedules[i].trace, db.commit_workload(w.mod), out[i], self.target, args_info
+            )
+            db.commit_tuning_record(record)
+        return out
+
+    def _tune_tir(self, w: Workload, space, db, runner, trials: int, work_dir: str) -> None:
+        """`tune_tir` on the scratch database; MetaSchedule's own logs go to `work_dir/logs`."""
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # not on the console
+        population = self.budget.population
+        ms.tune_tir(
+            w.mod,
+            self.target,
+            work_dir,
+            trials,
+            num_trials_per_iter=min(trials, self.budget.per_iter),
+            space=space,
+            strategy=ms.search_strategy.EvolutionarySearch(
+                population_size=population, init_min_unmeasured=population // 4
+            ),
+            builder=self.builder,
+            runner=runner,
+            database=db,
+            cost_model="xgb",
+            task_scheduler="round-robin",
+            num_tuning_cores=self.cores,
+            seed=0,
+        )
+
+
+def table(results: Sequence[Result]) -> str:
+    """The final summary: one row per workload and the totals."""
+    rows = [("workload", "ops", "status", "trials", "hand us", "best us", "speedup")]
+    rows += [
+        (r.key, ",".join(r.ops), r.status, str(r.trials), f"{r.hand_us:.2f}", f"{r.best_us:.2f}", f"{r.speedup:.2f}x")
+        for r in results
+    ]
+    hand, tuned = sum(r.hand_us for r in results), sum(r.best_us for r in results)
+    rows.append(
+        ("total", "", "", str(sum(r.trials for r in results)), f"{hand:.2f}", f"{tuned:.2f}", f"{hand / tuned:.2f}x")
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(row, widths, strict=True)) for row in rows)

@@ -1,0 +1,156 @@
+"""Tuning-log folders: validation (a corrupt or foreign log is an error naming the file), pruning to the best
+record, the strict lookup `make build` applies, and the per-workload summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from gdn_tvm.tuning.workload import Workload
+
+WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database: the workload table
+RECORDS = "database_tuning_record.json"  # ... and the tuning records
+SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run
+SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
+
+
+class TuningLogError(RuntimeError):
+    """A tuning log that cannot be used (corrupt, foreign, not replayable); the message names the file."""
+
+
+class MissingRecordError(LookupError):
+    """No tuning record for a workload; the message names the workload key and where it was looked for."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """The best record of a workload, the folder it came from and a hash of the record file."""
+
+    record: ms.database.TuningRecord
+    folder: Path
+    digest: str
+
+    @property
+    def run_us(self) -> float:
+        return mean_us(self.record)
+
+
+def folder(root: str | Path, w: Workload) -> Path:
+    """`<root>/<workload key>`."""
+    return Path(root) / w.key
+
+
+def has_log(path: Path) -> bool:
+    return (path / RECORDS).exists() or (path / WORKLOADS).exists()
+
+
+def mean_us(record: ms.database.TuningRecord) -> float:
+    secs = [float(s) for s in record.run_secs]
+    return sum(secs) / len(secs) * 1e6
+
+
+def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.JSONDatabase:
+    """The JSON database in `path`, validated first: `TuningLogError` naming the file if a line does not parse,
+    has the wrong structure, or holds a record tuned for a target kind other than `kind`."""
+    if not create:
+        for name in (WORKLOADS, RECORDS):
+            if not (path / name).exists():
+                raise TuningLogError(f"{path / name}: missing (a tuning log needs {WORKLOADS} and {RECORDS})")
+    n_workloads = _check_lines(path / WORKLOADS, _check_workload_line)
+    _check_lines(path / RECORDS, lambda line: _check_record_line(line, n_workloads, kind))
+    try:
+        return ms.database.JSONDatabase(work_dir=str(path), allow_missing=create)
+    except Exception as err:  # TVM's loader reports C++ errors; name the files
+        raise TuningLogError(f"{path / WORKLOADS} / {RECORDS}: MetaSchedule cannot load them: {err}") from err
+
+
+def _check_lines(path: Path, check) -> int:
+    if not path.exists():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    for i, line in enumerate(lines, 1):
+        try:
+            check(json.loads(line))
+        except (ValueError, TypeError, KeyError, IndexError) as err:
+            raise TuningLogError(f"{path}: line {i} is not a MetaSchedule record: {err}") from None
+    return len(lines)
+
+
+def _check_workload_line(line) -> None:
+    if not (isinstance(line, list) and len(line) == 2 and all(isinstance(x, str) for x in line)):
+        raise ValueError("expected [structural hash, serialised IRModule]")
+
+
+def _check_record_line(line, n_workloads: int, kind: str) -> None:
+    index, (trace, run_secs, target, _args) = line
+    if not (isinstance(index, int) and 0 <= index < n_workloads):
+        raise ValueError(f"workload index {index!r} outside the {n_workloads} workloads of {WORKLOADS}")
+    if not (isinstance(trace, list) and isinstance(run_secs, list) and isinstance(target, dict)):
+        raise ValueError("expected [trace, run_secs, target, args]")
+    if target.get("kind") != kind:
+        raise ValueError(f"foreign log: tuned for target {target.get('kind')!r}, this folder is for {kind!r}")
+
+
+def best(db: ms.database.Database, w: Workload) -> ms.database.TuningRecord | None:
+    """The fastest record of `w` in `db` (matched by workload only), or None."""
+    if not db.has_workload(w.mod):
+        return None
+    top = db.get_top_k(db.commit_workload(w.mod), 1)
+    return top[0] if top else None
+
+
+def lookup(root: str | Path, w: Workload) -> Found:
+    """The best record of `w` under `root`: `MissingRecordError` without one, `TuningLogError` for a bad log."""
+    path = folder(root, w)
+    if not has_log(path):
+        raise MissingRecordError(f"no tuning record for workload {w.key} (op {w.op.name}): no log in {path}")
+    record = best(open_db(path, w.kind), w)
+    if record is None:
+        raise MissingRecordError(
+            f"no tuning record for workload {w.key} (op {w.op.name}): {path / WORKLOADS} holds another "
+            "definition (the op changed since it was tuned; re-tune it with --force)"
+        )
+    return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16])
+
+
+def replay(found: Found, w: Workload) -> s_tir.Schedule:
+    """The record's trace replayed on the general function (scalar parameters stay runtime arguments)."""
+    sch = s_tir.Schedule(w.general.with_attr("global_symbol", "main"))
+    try:
+        found.record.trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception as err:  # a schedule error of any primitive in the trace
+        raise TuningLogError(f"{found.folder / RECORDS}: the trace does not replay on {w.op.name}: {err}") from err
+    return sch
+
+
+def prune(db: ms.database.Database, path: Path, kind: str) -> None:
+    """Replace the log in `path` by the best record of each workload in `db`."""
+    for name in (WORKLOADS, RECORDS):
+        (path / name).unlink(missing_ok=True)
+    db.dump_pruned(open_db(path, kind, create=True))
+
+
+def seed_scratch(path: Path) -> None:
+    """Start a scratch database from the pruned log (so a forced re-tune keeps the best of old and new)."""
+    scratch = path / SCRATCH
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in (WORKLOADS, RECORDS):
+        if (path / name).exists() and not (scratch / name).exists():
+            shutil.copyfile(path / name, scratch / name)
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    (path / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def read_summary(path: Path) -> dict:
+    try:
+        return json.loads((path / SUMMARY).read_text())
+    except (OSError, ValueError) as err:
+        raise TuningLogError(f"{path / SUMMARY}: unreadable: {err}") from None

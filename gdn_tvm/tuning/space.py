@@ -1,0 +1,119 @@
+"""The search space of a workload: MetaSchedule's default rules AND the hand schedule over a knob grid.
+
+A schedule module may export `KNOBS` (for its `cuda` function) and `LLVM_KNOBS` (for `llvm`): dicts of knob
+name -> tuple of values. Every combination of the grid, plus the defaults, is one design space of a
+`ScheduleFn`; combinations the hand schedule rejects for this shape are dropped and counted. The union with
+`PostOrderApply` lets the evolutionary search pick from both families.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+from tvm.target import Target
+
+from gdn_tvm import schedules
+from gdn_tvm.tuning.workload import Workload
+
+GRID_NAMES = {"cuda": "KNOBS", "llvm": "LLVM_KNOBS"}
+# What a hand schedule may raise for a knob combination that does not fit the shape.
+REJECTED = (s_tir.ScheduleError, ValueError, AssertionError)
+
+
+def knob_grid(w: Workload) -> list[dict[str, object]]:
+    """The defaults (`{}`) followed by every combination of the schedule module's grid for `w.kind`."""
+    grid = getattr(getattr(schedules, w.op.family), GRID_NAMES[w.kind], {})
+    combos = itertools.product(*grid.values()) if grid else ()
+    return [{}] + [dict(zip(grid, values, strict=True)) for values in combos]
+
+
+def apply_hand(w: Workload, sch: s_tir.Schedule, **knobs) -> None:
+    """The hand schedule applied to `sch`, its trace never empty.
+
+    A hand schedule may leave the definition as written (llvm decode attention); MetaSchedule counts a record
+    with an empty trace as invalid, so the root block is looked up first (an instruction that changes nothing).
+    """
+    sch.get_sblock("root")
+    w.op.schedules[w.kind](sch, w.cfg, **knobs)
+
+
+def hand_designs(w: Workload, sch: s_tir.Schedule) -> tuple[list[s_tir.Schedule], int]:
+    """One schedule per knob combination applied to copies of `sch`, and how many combinations were rejected."""
+    designs, rejected = [], 0
+    for knobs in knob_grid(w):
+        design = sch.copy()
+        try:
+            apply_hand(w, design, **knobs)
+        except REJECTED:
+            rejected += 1
+            continue
+        designs.append(design)
+    return designs, rejected
+
+
+def hand_schedule(w: Workload) -> s_tir.Schedule:
+    """The hand schedule with default knobs on the tuning task (what `tuned >= hand` is measured against)."""
+    sch = s_tir.Schedule(w.mod)
+    apply_hand(w, sch)
+    return sch
+
+
+def hand_space(w: Workload, postprocs: list) -> ms.space_generator.ScheduleFn:
+    """The hand designs alone (`hand_designs` of every knob combination)."""
+
+    def hand(sch: s_tir.Schedule) -> list[s_tir.Schedule]:
+        designs, _ = hand_designs(w, sch)
+        return designs
+
+    return ms.space_generator.ScheduleFn(hand, postprocs=postprocs)
+
+
+@dataclass(frozen=True)
+class Space:
+    """What MetaSchedule searches for a workload (`generator`; None: nothing it can search), whether the hand
+    designs must be measured `direct`ly (MetaSchedule's postprocessors reject them, so its search never would),
+    and a `note` on what of MetaSchedule's defaults was left out."""
+
+    generator: ms.space_generator.SpaceGenerator | None
+    direct: bool
+    note: str
+
+
+def design_space(w: Workload, target: Target) -> Space:
+    """`PostOrderApply` (the target's default rules) united with the hand designs, less what fails:
+
+    - a default postprocessor that raises on the hand design (RewriteUnboundBlock on a block bound to blockIdx
+      alone, as in the recurrent update) would abort the whole search: it is dropped;
+    - a postprocessor that rejects the hand design (DisallowDynamicLoop on attention's data-dependent loops)
+      would discard every hand design: they leave the space and are measured directly;
+    - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update) they leave the space.
+    """
+    ctx = ms.TuneContext(w.mod, target=target, space_generator="post-order-apply", task_name=w.op.name)
+    postprocs, raising, rejecting = [], [], []
+    for postproc in ctx.space_generator.postprocs:
+        try:
+            if not postproc.apply(hand_schedule(w)):
+                rejecting.append(type(postproc).__name__)
+        except RuntimeError:
+            raising.append(type(postproc).__name__)
+            continue
+        postprocs.append(postproc.clone())
+    notes = [f"dropped {', '.join(raising)} (raises on the hand design)"] if raising else []
+    if rejecting:
+        notes.append(f"{', '.join(rejecting)} reject(s) the hand designs: measured directly")
+    spaces = [] if rejecting else [hand_space(w, postprocs)]
+    try:
+        ctx.generate_design_space()
+        spaces.insert(0, ms.space_generator.PostOrderApply())
+    except RuntimeError as err:  # ScheduleError and TVM check failures
+        notes.append(f"default rules rejected ({first_line(err)})")
+    union = ms.space_generator.SpaceGeneratorUnion(spaces, postprocs=postprocs) if spaces else None
+    return Space(union, bool(rejecting), "; ".join(notes))
+
+
+def first_line(err: Exception) -> str:
+    """The first line of a TVM error message (they run to pages of IR)."""
+    return str(err).strip().splitlines()[0]

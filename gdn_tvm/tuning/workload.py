@@ -1,0 +1,65 @@
+"""What is tuned for one registry op: its definition with scalar parameters fixed, and valid index values.
+
+MetaSchedule measures only tensor arguments, so scalar parameters (the direct variants' `pos: int32`) are
+specialised to constants for tuning; the best trace is later replayed on the general function (same blocks and
+loops; the scalar stays a runtime argument and an in-place op keeps its aliased state). Index values are the
+worst case of a decode step: every lane active on distinct slots, positions at the last cache row (attention
+reads the whole cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.registry import Op
+from gdn_tvm.signature import Arg
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`general`: the op's PrimFunc; `mod`: `{"main": general with scalars fixed}`, the tuning task;
+    `index_values`: per tensor parameter of `mod`, the values of an index buffer or None."""
+
+    op: Op
+    cfg: DecodeConfig
+    kind: str
+    general: tirx.PrimFunc
+    mod: tvm.IRModule
+    index_values: tuple[np.ndarray | None, ...]
+
+    @property
+    def key(self) -> str:
+        return self.op.workload_key(self.cfg, self.kind)
+
+
+def workload(op: Op, cfg: DecodeConfig, kind: str) -> Workload:
+    """The tuning task of `op` at `cfg` for target kind `kind`."""
+    general = op.definition(cfg)
+    signature = op.signature(cfg)
+    if len(signature) != len(general.params):
+        raise ValueError(f"{op.name}: signature has {len(signature)} args, the PrimFunc {len(general.params)}")
+    params = zip(general.params, signature, strict=True)
+    scalars = {p: tirx.const(_tuning_value(a), a.dtype) for p, a in params if a.is_scalar}
+    # MetaSchedule's TuneContext marks every task no-alias; the task is that very function so records match.
+    tuned = (general.specialize(scalars) if scalars else general).with_attr("tirx.noalias", True)
+    values = tuple(_index_values(a) for a in signature if not a.is_scalar)
+    return Workload(op, cfg, kind, general, tvm.IRModule({"main": tuned}), values)
+
+
+def _tuning_value(arg: Arg) -> int:
+    """A scalar's value while tuning: the last admitted index (the longest attention), 1 without a bound."""
+    return arg.bound[1] - 1 if arg.bound else 1
+
+
+def _index_values(arg: Arg) -> np.ndarray | None:
+    if arg.role != "index":
+        return None
+    hi = arg.bound[1]
+    if arg.slot_pool:
+        return (np.arange(arg.shape[0]) % hi).astype(arg.dtype)
+    return np.full(arg.shape, hi - 1, dtype=arg.dtype)

@@ -1,0 +1,139 @@
+"""Build and export (`make build`): strict record lookup, manifest, loading with the TVM runtime alone, the CUDA
+export with compiled device code (stub driver + nvcc on a CPU machine), and the committed H200 logs on a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from conftest import TOL_OP, assert_close, reference_copy
+
+from gdn_tvm.build.export import build
+from gdn_tvm.build.library import export_library
+from gdn_tvm.config import DEFAULT_PRESET, DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.module import ManifestError, load, read_manifest
+from gdn_tvm.signature import sample, visible
+from gdn_tvm.target import cuda, gpu_present, llvm
+from gdn_tvm.tuning.records import MissingRecordError
+
+CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def quiet(_line: str) -> None:
+    """Swallows the build summary line."""
+
+
+def check_kernel(kernel, name: str, cfg: DecodeConfig, rng: np.random.Generator) -> None:
+    """A loaded kernel on fresh inputs (outputs NaN-poisoned) against the op's float64 reference."""
+    op = OPS[name]
+    args = visible(op.signature(cfg))
+    values = {a.name: sample(a, rng) for a in args}
+    expect = reference_copy(values)
+    op.run_reference(cfg, expect)
+    device = tvm.cpu() if kernel.device[0] == 1 else tvm.cuda(kernel.device[1])
+    on_device = {k: tvm.runtime.tensor(v, device) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    kernel(**on_device)
+    for a in args:
+        if a.role in ("out", "state"):
+            assert_close(on_device[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
+
+
+def test_missing_record_is_an_error_naming_each_workload(tmp_path):
+    names = ["sigmoid_gate", "gemv_k_proj", "gemv_v_proj"]  # the two gemvs share one workload
+    with pytest.raises(MissingRecordError, match="2 workload") as err:
+        build(CFG, llvm(), tmp_path / "logs", tmp_path / "build", names=names, echo=quiet)
+    for name in ("sigmoid_gate", "gemv_k_proj"):
+        assert str(err.value).count(f"workload {OPS[name].workload_key(CFG, 'llvm')} ") == 1
+    assert not (tmp_path / "build").exists()
+
+
+def test_allow_hand_builds_counts_and_matches_reference(tmp_path, rng):
+    names = ["sigmoid_gate", "kv_row_scatter", "delta_rule"]  # a scalar `pos`; a state updated in place
+    lines = []
+    path = build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=lines.append)
+    manifest = json.loads(path.read_text())
+    assert manifest["hand_schedules"] == names and "3 hand" in lines[0]
+    assert {f["schedule"] for f in manifest["functions"].values()} == {"hand"}
+    kernels = load(tmp_path, CFG.model.name, "llvm", CFG.batch)
+    for name in names:
+        assert kernels[name].signature == [
+            a.__class__(**{**a.__dict__, "sample": None}) for a in OPS[name].signature(CFG)
+        ], f"{name}: manifest signature"
+        check_kernel(kernels[name], name, CFG, rng)
+
+
+@pytest.fixture
+def sigmoid_build(tmp_path) -> Path:
+    """A build folder holding only `sigmoid_gate` (hand schedule)."""
+    return build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=["sigmoid_gate"], echo=quiet).parent
+
+
+@pytest.mark.parametrize("field, value", [("batch", 2), ("preset", "qwen3.5-4b"), ("target", "cuda")])
+def test_manifest_mismatch_is_an_error(sigmoid_build, field, value):
+    request = {"preset": CFG.model.name, "target": "llvm", "batch": CFG.batch, field: value}
+    with pytest.raises(ManifestError, match=f"{field}=.* \\(wanted {value!r}\\)"):
+        load(sigmoid_build, **request)  # a build folder: its manifest is checked field by field
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        load(sigmoid_build.parent, **request)  # the build root: the folder for the request does not exist
+
+
+def test_manifest_from_another_tvm_is_an_error(sigmoid_build):
+    manifest = sigmoid_build / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(tvm.__version__, "0.0.0"))
+    with pytest.raises(ManifestError, match="tvm='0.0.0'"):
+        load(manifest, CFG.model.name, "llvm", CFG.batch)
+
+
+def test_load_needs_only_the_tvm_runtime(sigmoid_build):
+    code = (
+        "import numpy as np, tvm.base\n"
+        "from gdn_tvm.runtime.module import load\n"
+        f"k = load({str(sigmoid_build)!r}, {CFG.model.name!r}, 'llvm', {CFG.batch})['sigmoid_gate']\n"
+        "x = np.ones(k.signature[0].shape, np.float32); y = np.zeros_like(x)\n"
+        "k(x=x, gate=x, y=y)\n"
+        "assert tvm.base._RUNTIME_ONLY and np.allclose(y, 1 / (1 + np.exp(-1.0)))\n"
+    )
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")  # libtvm_runtime only: the compiler is not even loaded
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") and shutil.which("gcc")), reason="nvcc or gcc not on PATH")
+def test_cuda_export_embeds_compiled_device_code(tmp_path):
+    names = ["sigmoid_gate", "causal_conv1d_silu"]  # a no-alias and an in-place kernel: two device modules
+    path = build(CFG, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
+    _, manifest = read_manifest(tmp_path, CFG.model.name, "cuda", CFG.batch)
+    assert manifest["cuda_compile"] in ("nvcc", "nvrtc") and sorted(manifest["functions"]) == sorted(names)
+    payload = (path.parent / manifest["library"]).read_bytes()
+    assert b"__global__" not in payload, "the library embeds CUDA source"
+    fatbins, elves = payload.count(b"\x50\xed\x55\xba"), payload.count(b"\x7fELF")  # nvcc fatbin, nvrtc cubin
+    assert fatbins >= 2 or elves >= 3, "no compiled device code in the library"
+
+
+@pytest.mark.skipif(tvm.runtime.enabled("cuda"), reason="TVM's CUDA runtime is loaded: device code compiles")
+def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
+    """In-process on a machine without libcuda.so.1, TVM keeps CUDA source: exporting that is an error."""
+    mod = tvm.IRModule({"sigmoid_gate": OPS["sigmoid_gate"].schedule(CFG, "cuda").mod["main"]})
+    with pytest.raises(RuntimeError, match="source, not compiled device code"):
+        export_library(mod, cuda(), tmp_path / "ops.so")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")
+def test_committed_h200_logs_build_and_match_reference(tmp_path, rng):
+    """`make build` of the committed CUDA logs (default preset, B=1), strict; every op against its reference."""
+    cfg = DecodeConfig(preset(DEFAULT_PRESET), batch=1)
+    build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
+    kernels = load(tmp_path, DEFAULT_PRESET, "cuda", 1)
+    assert sorted(kernels) == sorted(OPS)
+    for name, kernel in kernels.items():
+        check_kernel(kernel, name, cfg, rng)

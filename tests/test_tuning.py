@@ -1,0 +1,134 @@
+"""MetaSchedule tuning on llvm (a tiny run: small shapes, few trials, a subset of ops), then build from its logs,
+load the exported module and compare every op with its reference; resume, --force, and bad logs."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import tvm
+from test_export import check_kernel
+
+from gdn_tvm import schedules
+from gdn_tvm.build.export import build
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.module import load
+from gdn_tvm.target import llvm
+from gdn_tvm.tuning import records
+from gdn_tvm.tuning.driver import tune, workloads
+from gdn_tvm.tuning.space import hand_designs, knob_grid
+from gdn_tvm.tuning.workload import workload
+
+CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
+# Element-wise; a scalar `pos` (specialised for tuning, replayed on the general function); slots with an in-place
+# state; two ops sharing one workload (deduplicated).
+TUNE_OPS = ("sigmoid_gate", "partial_neox_rope", "causal_conv1d_silu", "gemv_in_proj_b", "gemv_in_proj_a")
+TRIALS = 2
+
+
+def quiet(_line: str) -> None:
+    """Swallows the per-workload progress lines."""
+
+
+@pytest.fixture(scope="session")
+def tuned_logs(tmp_path_factory) -> Path:
+    """The tiny tuning run, done once per test session: the first xdist worker tunes under a file lock.
+
+    Only this run searches (MetaSchedule's first TuneContext costs ~15 s of TVMScript parsing per process);
+    the other tests re-measure the hand schedule at most (trials=0)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "tuned_logs"
+    with open(shared / "tuned_logs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "done").exists():
+            tune(CFG, llvm(), TUNE_OPS, root, trials=TRIALS, echo=quiet)
+            (root / "done").touch()
+    return root
+
+
+def test_logs_are_pruned_to_the_best_record(tuned_logs):
+    keys = {w.key for w, _ in workloads(CFG, "llvm", TUNE_OPS)}
+    assert len(keys) == len(TUNE_OPS) - 1  # the two gemvs share a workload
+    for key in keys:
+        folder = tuned_logs / key
+        assert sorted(p.name for p in folder.iterdir()) == sorted([records.WORKLOADS, records.RECORDS, records.SUMMARY])
+        assert len((folder / records.RECORDS).read_text().splitlines()) == 1
+        summary = json.loads((folder / records.SUMMARY).read_text())
+        assert summary["best_us"] <= summary["hand_us"], f"{key}: tuned is slower than the hand schedule"
+
+
+def test_rerun_reports_recorded_workloads(tuned_logs):
+    results = tune(CFG, llvm(), TUNE_OPS, tuned_logs, trials=TRIALS, echo=quiet)
+    assert [r.status for r in results] == ["cached"] * len(results)
+    assert ("gemv_in_proj_b", "gemv_in_proj_a") in [r.ops for r in results]
+
+
+def test_force_tunes_further_and_keeps_the_best(tuned_logs, tmp_path):
+    root = tmp_path / "logs"
+    shutil.copytree(tuned_logs, root)
+    (before,) = tune(CFG, llvm(), ["sigmoid_gate"], root, trials=TRIALS, echo=quiet)
+    (after,) = tune(CFG, llvm(), ["sigmoid_gate"], root, trials=0, force=True, echo=quiet)
+    assert (before.status, after.status) == ("cached", "tuned")
+    assert after.best_us <= before.best_us
+    assert not (root / after.key / records.SCRATCH).exists()
+
+
+def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
+    """A scratch database without a pruned log (as an interrupted run leaves it) is continued, not restarted."""
+    key = workload(OPS["sigmoid_gate"], CFG, "llvm").key
+    folder = tmp_path / key
+    shutil.copytree(tuned_logs / key, folder / records.SCRATCH)
+    (folder / records.SCRATCH / records.SUMMARY).unlink()
+    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=1, echo=quiet)
+    assert (result.status, result.trials) == ("tuned", 1)  # the interrupted run's record; the budget was spent
+    assert (folder / records.RECORDS).exists() and not (folder / records.SCRATCH).exists()
+
+
+def test_build_from_tuned_logs_matches_reference(tuned_logs, tmp_path, rng):
+    manifest = build(CFG, llvm(), tuned_logs, tmp_path, names=TUNE_OPS, echo=quiet)
+    functions = json.loads(manifest.read_text())["functions"]
+    assert {f["schedule"] for f in functions.values()} == {"tuned"}
+    assert functions["gemv_in_proj_b"]["record"] == functions["gemv_in_proj_a"]["record"]
+    kernels = load(tmp_path, CFG.model.name, "llvm", CFG.batch)
+    assert sorted(kernels) == sorted(TUNE_OPS)
+    for name, kernel in kernels.items():
+        check_kernel(kernel, name, CFG, rng)
+
+
+def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
+    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
+    folder = records.folder(tmp_path, w)
+    folder.mkdir(parents=True)
+    (folder / records.WORKLOADS).write_text('["123", "abc"]\n')
+    (folder / records.RECORDS).write_text("[0, [[[], []], [1e-05\n")
+    with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
+        records.lookup(tmp_path, w)
+    with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
+        tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=1, echo=quiet)
+
+
+def test_foreign_log_is_an_error_naming_the_file(tmp_path):
+    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
+    folder = records.folder(tmp_path, w)
+    folder.mkdir(parents=True)
+    (folder / records.WORKLOADS).write_text('["123", "abc"]\n')
+    (folder / records.RECORDS).write_text('[0, [[[], []], [1e-05], {"kind": "cuda", "arch": "sm_90"}, []]]\n')
+    with pytest.raises(records.TuningLogError, match=f"{folder / records.RECORDS}.*foreign.*'cuda'"):
+        records.lookup(tmp_path, w)
+
+
+def test_knob_grid_designs_and_rejections(monkeypatch):
+    """The grid adds one hand design per combination; combinations the schedule rejects are counted."""
+    w = workload(OPS["sigmoid_gate"], CFG, "cuda")
+    monkeypatch.delattr(schedules.sigmoid_gate, "KNOBS", raising=False)
+    assert knob_grid(w) == [{}]  # no grid: the defaults only
+    monkeypatch.setattr(schedules.sigmoid_gate, "KNOBS", {"threads": (64, 0), "vector": (2, 4)}, raising=False)
+    assert len(knob_grid(w)) == 5
+    designs, rejected = hand_designs(w, tvm.s_tir.Schedule(w.mod))
+    assert (len(designs), rejected) == (3, 2)  # threads=0 cannot split
