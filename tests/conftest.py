@@ -12,7 +12,6 @@ import tvm
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.signature import sample, visible
-from gdn_tvm.target import device_of
 
 # Per-op and per-layer tolerances (SPEC.md numerics contract): relative L-infinity.
 TOL_OP = 1e-4
@@ -67,10 +66,14 @@ def assert_close(out: np.ndarray, ref: np.ndarray, tol: float, what: str) -> Non
 
 
 def check_op_against_reference(op, cfg, target, rng) -> None:
-    """Build `op`'s hand schedule for `target`, run it on fresh inputs (outputs NaN-poisoned) on the target's
-    device, and compare every output and state with the float64 reference (bit for bit for data movement)."""
-    kernel = compile_op(op, cfg, target)
-    device = device_of(target)
+    """Build `op`'s hand schedule for `target` and check it with `check_kernel_against_reference`."""
+    check_kernel_against_reference(op, cfg, compile_op(op, cfg, target), rng)
+
+
+def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
+    """Run a compiled kernel of `op` on fresh inputs (outputs NaN-poisoned) on its device and compare every
+    output and state with the float64 reference (bit for bit for data movement)."""
+    device = tvm.cpu() if kernel.device[0] == 1 else tvm.cuda(kernel.device[1])
     args = visible(op.signature(cfg))
     values = {a.name: sample(a, rng) for a in args}
     expect = reference_copy(values)

@@ -10,17 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tvm
-from conftest import TOL_OP, assert_close, reference_copy
+from conftest import check_kernel_against_reference
 
 from gdn_tvm.build.export import build
 from gdn_tvm.build.library import export_library
 from gdn_tvm.config import DEFAULT_PRESET, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
-from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import cuda, gpu_present, llvm
 from gdn_tvm.tuning.records import MissingRecordError
 
@@ -30,21 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def quiet(_line: str) -> None:
     """Swallows the build summary line."""
-
-
-def check_kernel(kernel, name: str, cfg: DecodeConfig, rng: np.random.Generator) -> None:
-    """A loaded kernel on fresh inputs (outputs NaN-poisoned) against the op's float64 reference."""
-    op = OPS[name]
-    args = visible(op.signature(cfg))
-    values = {a.name: sample(a, rng) for a in args}
-    expect = reference_copy(values)
-    op.run_reference(cfg, expect)
-    device = tvm.cpu() if kernel.device[0] == 1 else tvm.cuda(kernel.device[1])
-    on_device = {k: tvm.runtime.tensor(v, device) if isinstance(v, np.ndarray) else v for k, v in values.items()}
-    kernel(**on_device)
-    for a in args:
-        if a.role in ("out", "state"):
-            assert_close(on_device[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
 
 
 def test_missing_record_is_an_error_naming_each_workload(tmp_path):
@@ -68,7 +51,7 @@ def test_allow_hand_builds_counts_and_matches_reference(tmp_path, rng):
         assert kernels[name].signature == [
             a.__class__(**{**a.__dict__, "sample": None}) for a in OPS[name].signature(CFG)
         ], f"{name}: manifest signature"
-        check_kernel(kernels[name], name, CFG, rng)
+        check_kernel_against_reference(OPS[name], CFG, kernels[name], rng)
 
 
 @pytest.fixture
@@ -136,4 +119,4 @@ def test_committed_h200_logs_build_and_match_reference(tmp_path, rng):
     kernels = load(tmp_path, DEFAULT_PRESET, "cuda", 1)
     assert sorted(kernels) == sorted(OPS)
     for name, kernel in kernels.items():
-        check_kernel(kernel, name, cfg, rng)
+        check_kernel_against_reference(OPS[name], cfg, kernel, rng)

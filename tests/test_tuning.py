@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from test_export import check_kernel
+from conftest import check_kernel_against_reference
 
 from gdn_tvm import schedules
 from gdn_tvm.build.export import build
@@ -98,7 +98,7 @@ def test_build_from_tuned_logs_matches_reference(tuned_logs, tmp_path, rng):
     kernels = load(tmp_path, CFG.model.name, "llvm", CFG.batch)
     assert sorted(kernels) == sorted(TUNE_OPS)
     for name, kernel in kernels.items():
-        check_kernel(kernel, name, CFG, rng)
+        check_kernel_against_reference(OPS[name], CFG, kernel, rng)
 
 
 def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
