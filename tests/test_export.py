@@ -10,15 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tvm
-from conftest import check_kernel_against_reference
+from conftest import TOL_LAYER, assert_close, check_kernel_against_reference
+from test_layers import ReferenceStack
 
 from gdn_tvm.build.export import build
 from gdn_tvm.build.library import export_library
 from gdn_tvm.config import DEFAULT_PRESET, DecodeConfig, preset
 from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
+from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import cuda, gpu_present, llvm
 from gdn_tvm.tuning.records import MissingRecordError
 
@@ -120,3 +125,20 @@ def test_committed_h200_logs_build_and_match_reference(tmp_path, rng):
     assert sorted(kernels) == sorted(OPS)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], cfg, kernel, rng)
+
+
+def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
+    """The executor on kernels loaded from an exported module: 8 steps of a GDN + attention stack vs the reference;
+    kernels built for another shape are refused when the launch plan is built."""
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=48, split_len=16)
+    build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=kernel_names(cfg), echo=quiet)
+    kernels = load(tmp_path / "build", cfg.model.name, "llvm", 1)
+    stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=("gdn", "attention"), seed=3)
+    ref = ReferenceStack(stack)
+    slots = np.array([stack.acquire()], np.int32)
+    for t in range(8):
+        x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
+        out = stack.step(x, [t], slots).numpy()
+        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
+    with pytest.raises(ArgumentError, match="k_cache: expected shape"):
+        HybridStack(cfg.replace(max_len=64), kernels, tvm.cpu(), layer_types=("attention",))

@@ -17,17 +17,17 @@ import tvm
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.runtime.weights import check_weights, upload
-from gdn_tvm.signature import bind
+from gdn_tvm.signature import ArgumentError, bind, check_args
 
 Kernels = Mapping[str, Kernel]
 
 
 class StepBuffers:
-    """Device inputs of one step: `slots` [B] and `positions` [B] int32."""
+    """Device inputs of one step: `slots` [B] (initially all -1: no lane active) and `positions` [B] int32."""
 
     def __init__(self, cfg: DecodeConfig, device: tvm.runtime.Device):
-        self.slots = tvm.runtime.empty((cfg.batch,), "int32", device)
-        self.positions = tvm.runtime.empty((cfg.batch,), "int32", device)
+        self.slots = tvm.runtime.tensor(np.full(cfg.batch, -1, np.int32), device)
+        self.positions = tvm.runtime.tensor(np.zeros(cfg.batch, np.int32), device)
 
 
 def _zeros(shape: tuple[int, ...], device: tvm.runtime.Device) -> tvm.runtime.Tensor:
@@ -56,7 +56,14 @@ class _Layer:
         self._kernels = kernels
 
     def _launch(self, name: str, **values) -> None:
+        """Append a launch to the plan; its buffers are checked against the kernel's signature once, here."""
+        if name not in self._kernels:
+            raise ArgumentError(f"kernels: no kernel {name!r} (build it for this preset and batch)")
         kernel = self._kernels[name]
+        try:
+            check_args(kernel.signature, values, kernel.device, check_weights=False)
+        except ArgumentError as err:
+            raise ArgumentError(f"{name}: {err} (kernels built for another configuration?)") from None
         self.plan.append((kernel.func, bind(kernel.signature, values)))
 
     def _state(self, *shape: int) -> tvm.runtime.Tensor:
