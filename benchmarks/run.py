@@ -8,17 +8,13 @@ moved, achieved GB/s and % of the 4.3 TB/s copy peak; the baselines measured in 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from benchmarks import torch_ops
+from benchmarks.record import Results
 from benchmarks.timing import gbps, n_sets, time_eager, time_graph
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
@@ -136,10 +132,6 @@ def tvm_module(func):
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
-def _git_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="qwen3.5-4b")
@@ -148,14 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/h200_ops.json")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
-    rows, t0 = [], time.time()
     floor = empty_launch_us()
     print(f"empty kernel (graph-replayed): {floor:.2f} us", flush=True)
+    results = Results(args.out, "benchmarks.run", argv, preset=args.preset, peak_gbps=PEAK_GBPS, empty_launch_us=floor)
     for batch in args.batches:
         cfg = bench_config(args.preset, batch)
         for name in args.ops:
             row = bench_op(OPS[name], cfg, rng)
-            rows.append(row)
+            results.add(row)
             base = "  ".join(f"{k}={row[k]:.2f}" for k in ("torch_us", "fla_us") if k in row)
             print(
                 f"{name:28s} B={batch:<4d} {row['tvm_us']:9.2f} us {row['tvm_gbps']:8.1f} GB/s "
@@ -163,19 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             torch.cuda.empty_cache()
-    result = {
-        "gpu": torch.cuda.get_device_name(),
-        "commit": os.environ.get("GDN_TVM_COMMIT") or _git_commit(),
-        "preset": args.preset,
-        "peak_gbps": PEAK_GBPS,
-        "empty_launch_us": floor,
-        "command": "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "seconds": round(time.time() - t0, 1),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    results.finish()
     return 0
 
 

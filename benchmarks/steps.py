@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import tvm
 
 from benchmarks import torch_ops
-from benchmarks.run import PEAK_GBPS, _git_commit
+from benchmarks.record import Results
+from benchmarks.run import PEAK_GBPS
 from benchmarks.timing import REPEATS
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.config import DecodeConfig, preset
@@ -127,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     p.add_argument("--out", default="benchmarks/results/h200_steps.json")
     args = p.parse_args(argv)
-    rows, t0 = [], time.time()
+    results = Results(args.out, "benchmarks.steps", argv, peak_gbps=PEAK_GBPS, max_len=MAX_LEN, position=MAX_LEN // 2)
     for name in args.presets:
         for batch in args.batches:
             cfg = DecodeConfig(preset(name), batch=batch, max_len=MAX_LEN, split_len=512)
@@ -135,18 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip
                 row = bench_stack(cfg, kernels, types, label)
-                rows.append(row)
+                results.add(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()
-    result = {
-        "gpu": torch.cuda.get_device_name(), "commit": os.environ.get("GDN_TVM_COMMIT") or _git_commit(),
-        "peak_gbps": PEAK_GBPS, "max_len": MAX_LEN, "position": MAX_LEN // 2,
-        "command": "python -m benchmarks.steps " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "seconds": round(time.time() - t0, 1), "rows": rows,
-    }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    results.finish()
     return 0
 
 
