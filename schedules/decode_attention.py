@@ -130,11 +130,13 @@ def cuda(
     positions: int = 4,
     vector: int = 4,
     reduce_threads: int = 64,
+    reduce_unroll: int = 8,
 ) -> None:
     """warps: warps per CTA (default: as many as fit, <= 8); positions: positions per warp step;
-    vector: elements per load (4 = 16 bytes); reduce_threads: threads per (lane, head) in the reduce stage."""
+    vector: elements per load (4 = 16 bytes); reduce_threads: threads per (lane, head) in the reduce stage;
+    reduce_unroll: splits combined per unrolled step of the reduce stage."""
     if stage == "reduce":
-        _cuda_reduce(sch, reduce_threads, vector)
+        _cuda_reduce(sch, reduce_threads, vector, reduce_unroll)
         return
     warps = _warps(cfg, stage, warps, vector)
     outer = sch.get_sblock(stage)
@@ -162,9 +164,11 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, LANES])[1], "threadIdx.x")
 
 
-def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int) -> None:
+def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int, unroll: int) -> None:
     """One CTA per (lane, head); every thread computes the max and the denominator over the valid splits
-    itself (a few scalars, no synchronisation) and owns `vector`-wide pieces of D for the numerator."""
+    itself (a few scalars, no synchronisation) and owns `vector`-wide pieces of D for the numerator.
+    Each loop over the (runtime count of) splits is unrolled by `unroll`, predicated, so that many loads of
+    m, l and acc are in flight at once instead of one per iteration."""
     sch.bind(sch.fuse(*sch.get_loops(sch.get_sblock("reduce"))[:-1]), "blockIdx.x")
     b_norm = sch.get_sblock("normalize")
     _, tx, v = sch.split(sch.get_loops(b_norm)[-1], factors=[None, threads, vector])
@@ -177,6 +181,9 @@ def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int) -> None:
     sch.vectorize(sch.get_loops(b_num)[-1])
     for name in ("den", "max"):
         sch.set_scope(sch.get_sblock(name), 0, "local")
+    for name, j in (("max", -1), ("den", -1), ("num", -2)):
+        _, inner = sch.split(sch.get_loops(sch.get_sblock(name))[j], factors=[None, unroll])
+        sch.unroll(inner)
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool) -> None:
