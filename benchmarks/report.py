@@ -17,10 +17,20 @@ def _fmt(v, nd=2) -> str:
     return "" if v is None else f"{v:.{nd}f}"
 
 
+def _partial(data: dict) -> list[str]:
+    if data.get("complete", True):
+        return []
+    return [
+        f"**Partial run** (stopped by its time limit); missing: {data.get('missing', 'the rows after the last')}.",
+        "",
+    ]
+
+
 def ops_table(data: dict) -> list[str]:
     lines = [
         f"### Operators — {data['preset']} on {data['gpu']} (commit {data['commit']})",
         "",
+        *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
         "TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not serve them.",
         "",
@@ -40,6 +50,7 @@ def steps_table(data: dict) -> list[str]:
     lines = [
         f"### Decode steps — {data['gpu']} (commit {data['commit']}), position {data['position']}",
         "",
+        *_partial(data),
         f"`{data['command']}`",
         "",
         "| what | preset | B | layers | eager us | graph us | torch eager us | weight floor us "
