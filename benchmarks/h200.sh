@@ -8,6 +8,7 @@ out=${1:?usage: benchmarks/h200.sh OUT_DIR [tests] [ops] [steps] [tune]}
 shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1  # maps schedules/ into the package
 if compgen -G ".device/fla_core-*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --target .device/extra .device/fla_core-*.whl &&
         export PYTHONPATH="$PWD/.device/extra:$PYTHONPATH"
