@@ -17,7 +17,6 @@ import numpy as np
 
 from benchmarks.run import bench_config, inputs, time_kernel, traffic
 from benchmarks.timing import gbps, n_sets
-from gdn_tvm import schedules
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
@@ -26,7 +25,7 @@ from gdn_tvm.target import cuda
 def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[dict]:
     op = OPS[name]
     cfg = bench_config(preset, batch)
-    grid = getattr(schedules, op.family).KNOBS
+    grid = op.knobs["cuda"]
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)
     value_sets = [inputs(op, cfg, rng) for _ in range(sets)]

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from importlib import import_module
 
 from tvm import s_tir, tirx
 
-from gdn_tvm import ops, reference, schedules
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
 TARGET_KINDS = ("llvm", "cuda")
+KNOB_GRIDS = {"cuda": "KNOBS", "llvm": "LLVM_KNOBS"}  # module attribute holding each kind's knob grid
 IN_PLACE_ATTR = "gdn_tvm.in_place"  # compile without no-alias assumptions (see build/compile.py)
 
 
@@ -32,6 +33,7 @@ class Op:
     signature: Callable[[DecodeConfig], list[Arg]]
     reference: Callable[..., None]
     schedules: Mapping[str, Callable[..., None]]
+    knobs: Mapping[str, Mapping[str, tuple]]  # target kind -> knob grid of its hand schedule (may be empty)
     sizes: Callable[[DecodeConfig], dict[str, object]]
     exact: bool = False  # pure data movement: compared bit for bit
     key_name: str = ""  # workload-key prefix; ops of one shape family (gemv) share it
@@ -98,14 +100,15 @@ def _entry(
     ref_params: tuple[str, ...] = (),
     **flags,
 ) -> Op:
-    op_mod, sched_mod = getattr(ops, family), getattr(schedules, family)
+    op_mod, ref_mod, sched_mod = (import_module(f"gdn_tvm.{pkg}.{family}") for pkg in ("ops", "reference", "schedules"))
     return Op(
         name=name or family,
         family=family,
         make=partial(getattr(op_mod, f"make_{family}"), **flags),
         signature=partial(op_mod.signature, **flags),
-        reference=getattr(getattr(reference, family), ref or family),
+        reference=getattr(ref_mod, ref or family),
         schedules={kind: partial(getattr(sched_mod, kind), **flags) for kind in TARGET_KINDS},
+        knobs={kind: dict(getattr(sched_mod, grid, {})) for kind, grid in KNOB_GRIDS.items()},
         sizes=sizes,
         exact=exact,
         key_name=key_name,

@@ -1,31 +1,4 @@
-"""Hand schedules, one module per op: `llvm(sch, cfg, **flags)` and `cuda(sch, cfg, **flags, **knobs)`."""
+"""Hand schedules, one module per op: `llvm(sch, cfg, **flags)` and `cuda(sch, cfg, **flags, **knobs)`.
 
-from . import (
-    causal_conv1d_silu,
-    decode_attention,
-    delta_rule,
-    gated_rmsnorm,
-    gates,
-    gemv,  # noqa: F401
-    kv_row_scatter,
-    partial_neox_rope,
-    per_head_l2_norm,
-    per_head_rmsnorm,
-    sigmoid_gate,
-    split_interleaved,
-)
-
-__all__ = [
-    "causal_conv1d_silu",
-    "per_head_l2_norm",
-    "gates",
-    "delta_rule",
-    "gated_rmsnorm",
-    "split_interleaved",
-    "per_head_rmsnorm",
-    "partial_neox_rope",
-    "kv_row_scatter",
-    "decode_attention",
-    "sigmoid_gate",
-    "gemv",
-]
+The registry imports each module by its op family name; a module's `KNOBS` is its CUDA knob grid.
+"""

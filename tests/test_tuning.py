@@ -13,7 +13,6 @@ import pytest
 import tvm
 from conftest import check_kernel_against_reference
 
-from gdn_tvm import schedules
 from gdn_tvm.build.export import build
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
@@ -126,9 +125,9 @@ def test_foreign_log_is_an_error_naming_the_file(tmp_path):
 def test_knob_grid_designs_and_rejections(monkeypatch):
     """The grid adds one hand design per combination; combinations the schedule rejects are counted."""
     w = workload(OPS["sigmoid_gate"], CFG, "cuda")
-    monkeypatch.delattr(schedules.sigmoid_gate, "KNOBS", raising=False)
+    monkeypatch.setitem(w.op.knobs, "cuda", {})
     assert knob_grid(w) == [{}]  # no grid: the defaults only
-    monkeypatch.setattr(schedules.sigmoid_gate, "KNOBS", {"threads": (64, 0), "vector": (2, 4)}, raising=False)
+    monkeypatch.setitem(w.op.knobs, "cuda", {"threads": (64, 0), "vector": (2, 4)})
     assert len(knob_grid(w)) == 5
     designs, rejected = hand_designs(w, tvm.s_tir.Schedule(w.mod))
     assert (len(designs), rejected) == (3, 2)  # threads=0 cannot split

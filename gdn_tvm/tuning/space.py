@@ -15,17 +15,15 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from gdn_tvm import schedules
 from gdn_tvm.tuning.workload import Workload
 
-GRID_NAMES = {"cuda": "KNOBS", "llvm": "LLVM_KNOBS"}
 # What a hand schedule may raise for a knob combination that does not fit the shape.
 REJECTED = (s_tir.ScheduleError, ValueError, AssertionError)
 
 
 def knob_grid(w: Workload) -> list[dict[str, object]]:
     """The defaults (`{}`) followed by every combination of the schedule module's grid for `w.kind`."""
-    grid = getattr(getattr(schedules, w.op.family), GRID_NAMES[w.kind], {})
+    grid = w.op.knobs.get(w.kind, {})
     combos = itertools.product(*grid.values()) if grid else ()
     return [{}] + [dict(zip(grid, values, strict=True)) for values in combos]
 
