@@ -2,7 +2,7 @@
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
 #   benchmarks/h200.sh OUT_DIR [tests] [ops] [steps] [tune]
 # tests: the gpu-marked pytest suite; ops / steps: the benchmark runners; tune: `make tune`-equivalent on CUDA.
-# fla-core (a wheel in .device/, see docs/gpu.md) is installed for the delta-rule baseline when present.
+# fla-core (a wheel in .device/, see README "GPU work") is installed for the delta-rule baseline when present.
 set -uo pipefail
 out=${1:?usage: benchmarks/h200.sh OUT_DIR [tests] [ops] [steps] [tune]}
 shift

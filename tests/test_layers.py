@@ -9,6 +9,7 @@ import tvm
 from conftest import CASES, TOL_LAYER, assert_close
 
 from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
@@ -114,3 +115,18 @@ def test_nan_weight_is_rejected_by_name():
     w["out_proj"][3, 5] = np.nan
     with pytest.raises(ArgumentError, match="out_proj"):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
+
+
+@pytest.mark.parametrize("name", [n for n in PRESETS if n not in ("qwen3.5-0.8b", "qwen3.5-4b")])
+def test_every_preset_pattern_period_decodes(name, rng):
+    """One period of each remaining preset's layer pattern (3 GDN + 1 attention layers, its real head counts and
+    hidden size), 4 steps on llvm against the reference; the full stacks of the large presets do not fit a CPU."""
+    cfg = DecodeConfig(PRESETS[name], batch=1, max_len=16, split_len=8)
+    period = cfg.model.layer_types[: cfg.model.full_attention_interval]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=period, seed=5)
+    ref = ReferenceStack(stack)
+    slots = np.array([stack.acquire()], np.int32)
+    for t in range(4):
+        x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
+        out = stack.step(x, [t], slots).numpy()
+        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"{name} step {t}")
