@@ -186,6 +186,16 @@ def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int, unroll: int) ->
         sch.unroll(inner)
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool) -> None:
-    """The definition as written (serial). `parallel` and `vectorize` check compact dataflow, which the
-    early-exit loop above each per-CTA block (a data-dependent 0/1 extent) fails; see the report."""
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool, vector: int = 8) -> None:
+    """Parallel over (lane, kv head[, split]) or (lane, head) for the reduce; inside a chunk the q.k dot products
+    are rfactor-ed into `vector` partial sums (vectorised along D) and the V accumulation runs position-outer,
+    D-inner, so both caches stream contiguously."""
+    outer = sch.get_sblock({"split": "split", "reduce": "reduce"}.get(stage, "unsplit"))
+    sch.parallel(sch.fuse(*sch.get_loops(outer)[:-1]))
+    if stage == "reduce":
+        return
+    *_, d = sch.get_loops(sch.get_sblock("score"))
+    _, d_in = sch.split(d, factors=[None, vector])
+    sch.vectorize(sch.get_loops(sch.rfactor(d_in, factor_axis=0))[-1])
+    *_, d, t = sch.get_loops(sch.get_sblock("acc_out"))
+    sch.reorder(t, d)
