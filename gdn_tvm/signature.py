@@ -52,7 +52,7 @@ class Arg:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(_np_dtype(self.dtype)).itemsize
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
 def visible(signature: Sequence[Arg]) -> list[Arg]:
@@ -63,10 +63,6 @@ def visible(signature: Sequence[Arg]) -> list[Arg]:
 def bind(signature: Sequence[Arg], values: Mapping[str, object]) -> list[object]:
     """PrimFunc parameter values in order, alias parameters bound to their state."""
     return [values[a.alias or a.name] for a in signature]
-
-
-def _np_dtype(dtype: str) -> str:
-    return "uint16" if dtype == "bfloat16" else dtype  # bf16 travels as its raw 16 bits in numpy
 
 
 def _dtype_name(value: object) -> str:
@@ -81,14 +77,12 @@ def _device_of(value: object) -> tuple[int, int]:
 
 
 def to_host(value: object) -> np.ndarray:
-    """A host numpy copy (or view) of a numpy array, TVM tensor or torch tensor."""
+    """A host numpy array of a numpy array, TVM tensor (copied from its device) or torch tensor."""
     if isinstance(value, np.ndarray):
         return value
-    if hasattr(value, "numpy") and _device_of(value)[0] == 1 and not hasattr(value, "detach"):
-        return value.numpy()
     if hasattr(value, "detach"):  # torch
         return value.detach().cpu().numpy()
-    return value.numpy()  # TVM tensor on a device: copies to the host
+    return value.numpy()
 
 
 def check_args(
@@ -120,7 +114,7 @@ def check_args(
         if shape != a.shape:
             raise ArgumentError(f"{a.name}: expected shape {a.shape}, got {shape}")
         dt = _dtype_name(v)
-        if dt != _np_dtype(a.dtype) and dt != a.dtype:
+        if dt != a.dtype:
             raise ArgumentError(f"{a.name}: expected dtype {a.dtype}, got {dt}")
         dev = _device_of(v)
         if device is not None and dev != device:
@@ -128,7 +122,7 @@ def check_args(
             raise ArgumentError(f"{a.name}: expected an array on {want}, got one on {got}")
         if a.role == "index":
             _check_index(a, to_host(v))
-        elif a.role == "weight" and check_weights and a.dtype != "bfloat16":
+        elif a.role == "weight" and check_weights:
             if not np.isfinite(to_host(v)).all():
                 raise ArgumentError(f"{a.name}: weight holds NaN or inf")
 
@@ -157,7 +151,7 @@ def _check_index(a: Arg, host: np.ndarray) -> None:
 
 def poisoned(arg: Arg) -> np.ndarray:
     """A NaN-filled host array for an output (so an unwritten element fails a comparison)."""
-    return np.full(arg.shape, np.nan, dtype=_np_dtype(arg.dtype))
+    return np.full(arg.shape, np.nan, dtype=arg.dtype)
 
 
 def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
@@ -174,7 +168,7 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
         return int(value) if arg.is_scalar else value
     if arg.is_scalar:
         return float(rng.standard_normal())
-    return rng.standard_normal(arg.shape).astype(_np_dtype(arg.dtype))
+    return rng.standard_normal(arg.shape).astype(arg.dtype)
 
 
 def _sample_slots(rng: np.random.Generator, batch: int, n_slots: int) -> np.ndarray:
