@@ -6,7 +6,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import ModelConfig
-from gdn_tvm.signature import ArgumentError
+from gdn_tvm.signature import ArgumentError, to_host
 
 
 def gdn_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -72,14 +72,28 @@ def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
             raise ArgumentError(f"weight {name}: expected shape {shape}, got {tuple(w.shape)}")
         if str(w.dtype).removeprefix("torch.") != "float32":
             raise ArgumentError(f"weight {name}: expected float32, got {w.dtype}")
-        host = w if isinstance(w, np.ndarray) else w.numpy()
-        if not np.isfinite(host).all():
+        if not np.isfinite(to_host(w)).all():
             raise ArgumentError(f"weight {name}: holds NaN or inf")
 
 
 def upload(weights: dict, device: tvm.runtime.Device) -> dict[str, tvm.runtime.Tensor]:
-    """Device copies of host weights (zero-copy where they already live there)."""
-    return {
-        k: v if isinstance(v, tvm.runtime.Tensor) else tvm.runtime.tensor(np.ascontiguousarray(v), device)
-        for k, v in weights.items()
-    }
+    """Weights as tensors on `device`: arrays already there (numpy on the CPU, torch on the GPU, TVM tensors) are
+    shared through DLPack without a copy when contiguous and 64-byte aligned; the rest are copied."""
+    return {name: _on_device(w, device) for name, w in weights.items()}
+
+
+def _on_device(w, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
+    if isinstance(w, tvm.runtime.Tensor) and w.device == device:
+        return w
+    here = (device.dlpack_device_type(), device.index)
+    if hasattr(w, "__dlpack__") and tuple(w.__dlpack_device__()) == here and _contiguous(w) and _address(w) % 64 == 0:
+        return tvm.runtime.from_dlpack(w)
+    return tvm.runtime.tensor(np.ascontiguousarray(to_host(w)), device)
+
+
+def _contiguous(w) -> bool:
+    return w.flags.c_contiguous if isinstance(w, np.ndarray) else bool(w.is_contiguous())
+
+
+def _address(w) -> int:
+    return w.ctypes.data if isinstance(w, np.ndarray) else int(w.data_ptr())
