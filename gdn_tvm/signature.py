@@ -76,6 +76,21 @@ def _device_of(value: object) -> tuple[int, int]:
     return 1, 0
 
 
+ALIGNMENT = 16  # bytes: float4 loads on the GPU, aligned vector loads on the CPU
+
+
+def is_contiguous(value: object) -> bool:
+    """C-contiguous (numpy, torch or TVM tensor)."""
+    if isinstance(value, np.ndarray):
+        return value.flags.c_contiguous
+    return bool(value.is_contiguous())
+
+
+def address(value: object) -> int:
+    """Address of the first element (numpy, torch or TVM tensor)."""
+    return value.ctypes.data if isinstance(value, np.ndarray) else int(value.data_ptr())
+
+
 def to_host(value: object) -> np.ndarray:
     """A host numpy array of a numpy array, TVM tensor (copied from its device) or torch tensor."""
     if isinstance(value, np.ndarray):
@@ -94,8 +109,8 @@ def check_args(
 ) -> None:
     """Raise `ArgumentError` naming the first bad argument; touches no buffer.
 
-    Checks presence, shape, dtype, device, index bounds (slots in [-1, S), positions < max_len,
-    distinct active slots) and, when `check_weights`, that weights hold no NaN or inf.
+    Checks presence, shape, dtype, contiguity, 16-byte alignment, device, index bounds (slots in [-1, S),
+    positions < max_len, distinct active slots) and, when `check_weights`, that weights hold no NaN or inf.
     """
     args = visible(signature)
     names = {a.name for a in args}
@@ -116,6 +131,10 @@ def check_args(
         dt = _dtype_name(v)
         if dt != a.dtype:
             raise ArgumentError(f"{a.name}: expected dtype {a.dtype}, got {dt}")
+        if not is_contiguous(v):
+            raise ArgumentError(f"{a.name}: expected a contiguous array (pass a copy of the view)")
+        if address(v) % ALIGNMENT:
+            raise ArgumentError(f"{a.name}: data is not {ALIGNMENT}-byte aligned (a sliced view?); pass a copy")
         dev = _device_of(v)
         if device is not None and dev != device:
             want, got = (f"{DEVICE_NAMES.get(d[0], d[0])}:{d[1]}" for d in (device, dev))

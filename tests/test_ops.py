@@ -18,6 +18,14 @@ def test_op_matches_reference(name, case, rng):
     check_op_against_reference(OPS[name], CASES[case], llvm(), rng)
 
 
+def _misaligned(shape: tuple[int, ...]) -> np.ndarray:
+    """A contiguous float32 array whose data starts 4 bytes past a 16-byte boundary."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n + 8, np.float32)
+    start = (-buf.ctypes.data % 16) // 4 + 1
+    return buf[start : start + n].reshape(shape)
+
+
 def _corruptions(args, cfg):
     """(arg name, bad value, message fragment) triples that a kernel must reject."""
     for a in args:
@@ -32,6 +40,8 @@ def _corruptions(args, cfg):
         elif not a.is_scalar and a.role == "in":
             yield a.name, np.zeros(a.shape, np.float64), "dtype"
             yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), np.float32), "shape"
+            yield a.name, np.zeros(a.shape[:-1] + (2 * a.shape[-1],), np.float32)[..., ::2], "contiguous"
+            yield a.name, _misaligned(a.shape), "aligned"
 
 
 @pytest.mark.parametrize("name", OPS)

@@ -6,7 +6,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import ModelConfig
-from gdn_tvm.signature import ArgumentError, to_host
+from gdn_tvm.signature import ArgumentError, address, is_contiguous, to_host
 
 
 def gdn_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -86,14 +86,6 @@ def _on_device(w, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
     if isinstance(w, tvm.runtime.Tensor) and w.device == device:
         return w
     here = (device.dlpack_device_type(), device.index)
-    if hasattr(w, "__dlpack__") and tuple(w.__dlpack_device__()) == here and _contiguous(w) and _address(w) % 64 == 0:
+    if hasattr(w, "__dlpack__") and tuple(w.__dlpack_device__()) == here and is_contiguous(w) and address(w) % 64 == 0:
         return tvm.runtime.from_dlpack(w)
     return tvm.runtime.tensor(np.ascontiguousarray(to_host(w)), device)
-
-
-def _contiguous(w) -> bool:
-    return w.flags.c_contiguous if isinstance(w, np.ndarray) else bool(w.is_contiguous())
-
-
-def _address(w) -> int:
-    return w.ctypes.data if isinstance(w, np.ndarray) else int(w.data_ptr())
