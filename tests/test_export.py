@@ -142,3 +142,17 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
         assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
     with pytest.raises(ArgumentError, match="k_cache: expected shape"):
         HybridStack(cfg.replace(max_len=64), kernels, tvm.cpu(), layer_types=("attention",))
+    code = (  # the executor itself with the TVM runtime library alone
+        "import numpy as np, tvm, tvm.base\n"
+        "from gdn_tvm.config import DecodeConfig, preset\n"
+        "from gdn_tvm.runtime.module import load\n"
+        "from gdn_tvm.runtime.stack import HybridStack\n"
+        f"cfg = DecodeConfig(preset({cfg.model.name!r}), batch=1, max_len=48, split_len=16)\n"
+        f"kernels = load({str(tmp_path / 'build')!r}, cfg.model.name, 'llvm', 1)\n"
+        "stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=('gdn', 'attention'))\n"
+        "out = stack.step(np.ones((1, cfg.model.hidden), np.float32), [0], [stack.acquire()]).numpy()\n"
+        "assert tvm.base._RUNTIME_ONLY and np.isfinite(out).all()\n"
+    )
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
