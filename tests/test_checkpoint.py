@@ -7,11 +7,19 @@ import json
 import ml_dtypes
 import numpy as np
 import pytest
+import tvm
+from conftest import TOL_LAYER, assert_close
 from safetensors.numpy import save_file
+from test_layers import ReferenceStack
 
+from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.checkpoint import load_checkpoint
+from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import SHAPES
 from gdn_tvm.signature import ArgumentError
+from gdn_tvm.target import llvm
 
 HF_CONFIG = {
     "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
@@ -49,7 +57,8 @@ def write_checkpoint(path, rng, fused: bool, prefix: str, dtype=np.float32) -> d
         t[p + f"{n}.weight"] = rng.standard_normal((d, hid))
     t[p + "o_proj.weight"] = rng.standard_normal((hid, 2 * d))
     t[p + "q_norm.weight"], t[p + "k_norm.weight"] = rng.standard_normal(d), rng.standard_normal(d)
-    t = {k: v.astype(dtype) for k, v in t.items()}
+    # projections scaled like trained weights (1/sqrt(fan-in)) so decoding stays in range
+    t = {k: (v / np.sqrt(v.shape[-1]) if v.ndim == 2 else v).astype(dtype) for k, v in t.items()}
     save_file(t, str(path / "model.safetensors"))
     (path / "config.json").write_text(json.dumps({"text_config": c} if prefix.startswith("model.language") else c))
     return t
@@ -93,3 +102,17 @@ def test_missing_and_misshaped_tensors_are_named(tmp_path, rng):
     save_file(raw | {name: raw[name][:, :-1].copy()}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ArgumentError, match=f"{name} has shape"):
         load_checkpoint(tmp_path)
+
+
+def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
+    """The loader's output drives the executor: 4 steps of the checkpoint's 4 layers on llvm vs the reference."""
+    write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
+    m, layers = load_checkpoint(tmp_path)
+    cfg = DecodeConfig(m, batch=1, max_len=16, split_len=8)
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), weights=layers)
+    ref = ReferenceStack(stack)
+    slots = np.array([stack.acquire()], np.int32)
+    for t in range(4):
+        x = rng.standard_normal((1, m.hidden)).astype(np.float32)
+        out = stack.step(x, [t], slots).numpy()
+        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
