@@ -4,10 +4,10 @@ STAMP   := .venv/.installed
 PYTEST  := $(PY) -m pytest
 JOBS    ?= 2
 
-.PHONY: help install tune build test test-gpu bench lint format clean
+.PHONY: help install tune build test test-gpu bench bench-prebuild lint format clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -20,7 +20,7 @@ install: $(STAMP)  ## create .venv and install gdn_tvm editable with its pinned 
 tune: $(STAMP)  ## MetaSchedule-tune every op (default preset, B=1; GPU if present, else llvm) into tuning_logs/; ARGS="--help"
 	$(PY) -m gdn_tvm.tune $(ARGS)
 
-build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<preset>-<target>-b<batch>/ (.so + manifest.json); ARGS="--help"
+build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<preset>-b<B>-s<S>-l<L>-sl<split>-<target>/ (.so + manifest.json); ARGS="--help"
 	$(PY) -m gdn_tvm.build $(ARGS)
 
 test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
@@ -33,6 +33,10 @@ bench: $(STAMP)  ## GPU benchmarks (ops, decode steps) -> benchmarks/results/*.j
 	$(PY) -m benchmarks.run
 	$(PY) -m benchmarks.steps
 	$(PY) -m benchmarks.report
+
+bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules here (nvcc) into .device/bench.tar.xz for the GPU machine
+	$(PY) -m benchmarks.prebuild --out build/bench
+	mkdir -p .device && tar cJf .device/bench.tar.xz -C build bench
 
 lint: $(STAMP)  ## ruff check and format check
 	$(PY) -m ruff check gdn_tvm schedules tests benchmarks

@@ -14,21 +14,18 @@ import numpy as np
 import torch
 
 from benchmarks import torch_ops
+from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, n_sets, time_eager, time_graph
 from gdn_tvm.build.compile import compile_op
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
+from gdn_tvm.runtime.module import load
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda
 
 PEAK_GBPS = 4300.0
-MAX_LEN = {1: 32768, 8: 8192, 32: 4096, 128: 1024, 256: 1024}
-
-
-def bench_config(model: str, batch: int) -> DecodeConfig:
-    return DecodeConfig(preset(model), batch=batch, max_len=MAX_LEN.get(batch, 1024), split_len=512)
 
 
 def inputs(op: Op, cfg: DecodeConfig, rng: np.random.Generator) -> dict:
@@ -86,8 +83,16 @@ def time_kernel(kernel: Kernel, value_sets: list[dict]) -> float:
     return time_graph(lambda i: kernel.func(*bound[i]), len(bound))
 
 
-def bench_op(op: Op, cfg: DecodeConfig, rng: np.random.Generator) -> dict:
-    kernel = compile_op(op, cfg, cuda())
+def kernels_for(cfg: DecodeConfig, names: list[str], library: str | None) -> dict[str, Kernel]:
+    """Hand-scheduled kernels compiled here, or loaded from a prebuilt library (`python -m gdn_tvm.build --target
+    cuda --allow-hand ... --out DIR` on any machine with nvcc: no compile time on the GPU machine)."""
+    if library is None:
+        return {name: compile_op(OPS[name], cfg, cuda()) for name in names}
+    kernels = load(library, cfg, "cuda")
+    return {name: kernels[name] for name in names}
+
+
+def bench_op(op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator) -> dict:
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)
     value_sets = [inputs(op, cfg, rng) for _ in range(sets)]
@@ -134,19 +139,21 @@ def tvm_module(func):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="qwen3.5-4b")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 32, 256])
+    p.add_argument("--preset", default=OP_PRESET)
+    p.add_argument("--batches", type=int, nargs="+", default=list(OP_BATCHES))
     p.add_argument("--ops", nargs="+", default=list(OPS))
     p.add_argument("--out", default="benchmarks/results/h200_ops.json")
+    p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     floor = empty_launch_us()
     print(f"empty kernel (graph-replayed): {floor:.2f} us", flush=True)
     results = Results(args.out, "benchmarks.run", argv, preset=args.preset, peak_gbps=PEAK_GBPS, empty_launch_us=floor)
     for batch in args.batches:
-        cfg = bench_config(args.preset, batch)
+        cfg = op_config(args.preset, batch)
+        kernels = kernels_for(cfg, args.ops, args.library)
         for name in args.ops:
-            row = bench_op(OPS[name], cfg, rng)
+            row = bench_op(OPS[name], cfg, kernels[name], rng)
             results.add(row)
             base = "  ".join(f"{k}={row[k]:.2f}" for k in ("torch_us", "fla_us") if k in row)
             print(

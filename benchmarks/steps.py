@@ -16,16 +16,13 @@ import torch
 import tvm
 
 from benchmarks import torch_ops
+from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS
+from benchmarks.run import PEAK_GBPS, kernels_for
 from benchmarks.timing import REPEATS
-from gdn_tvm.build.compile import build_kernels
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
-from gdn_tvm.target import cuda
-
-MAX_LEN = 4096
 
 
 class TorchStack:
@@ -94,14 +91,14 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     stack.capture()
     x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
     slots = np.arange(cfg.batch, dtype=np.int32)
-    pos = np.full(cfg.batch, MAX_LEN // 2, np.int32)
+    pos = np.full(cfg.batch, STEP_MAX_LEN // 2, np.int32)
     stack.write_inputs(x, pos, slots)
     weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
     eager = _events(stack.run)
     graph = _events(stack.graph.replay)
     ref = TorchStack(stack)
     tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
-    torch_us = _events(lambda: ref.step(tx, tpos, tslots, MAX_LEN // 2 + 1))
+    torch_us = _events(lambda: ref.step(tx, tpos, tslots, STEP_MAX_LEN // 2 + 1))
     floor = weight_bytes / (PEAK_GBPS * 1e3)
     row = {
         "what": label, "preset": cfg.model.name, "batch": cfg.batch, "layers": len(types),
@@ -113,7 +110,7 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
         torch.cuda.synchronize()
         free0 = torch.cuda.mem_get_info()[0]
         for t in range(1000):
-            stack.step_graph(x, np.full(cfg.batch, t % MAX_LEN, np.int32), slots)
+            stack.step_graph(x, np.full(cfg.batch, t % STEP_MAX_LEN, np.int32), slots)
         dev.sync()
         row["device_free_bytes_before_after_1000_steps"] = [free0, torch.cuda.mem_get_info()[0]]
     return row
@@ -121,15 +118,18 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--presets", nargs="+", default=["qwen3.5-0.8b", "qwen3.5-4b"])
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--presets", nargs="+", default=list(STEP_PRESETS))
+    p.add_argument("--batches", type=int, nargs="+", default=list(STEP_BATCHES))
     p.add_argument("--out", default="benchmarks/results/h200_steps.json")
+    p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
     args = p.parse_args(argv)
-    results = Results(args.out, "benchmarks.steps", argv, peak_gbps=PEAK_GBPS, max_len=MAX_LEN, position=MAX_LEN // 2)
+    results = Results(
+        args.out, "benchmarks.steps", argv, peak_gbps=PEAK_GBPS, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2
+    )
     for name in args.presets:
         for batch in args.batches:
-            cfg = DecodeConfig(preset(name), batch=batch, max_len=MAX_LEN, split_len=512)
-            kernels = build_kernels(cfg, cuda(), kernel_names(cfg))
+            cfg = step_config(name, batch)
+            kernels = kernels_for(cfg, kernel_names(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip
                 row = bench_stack(cfg, kernels, types, label)

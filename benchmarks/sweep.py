@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.run import bench_config, inputs, time_kernel, traffic
+from benchmarks.configs import op_config
+from benchmarks.run import inputs, time_kernel, traffic
 from benchmarks.timing import gbps, n_sets
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
@@ -24,7 +25,7 @@ from gdn_tvm.target import cuda
 
 def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[dict]:
     op = OPS[name]
-    cfg = bench_config(preset, batch)
+    cfg = op_config(preset, batch)
     grid = op.knobs["cuda"]
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)

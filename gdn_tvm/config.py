@@ -106,6 +106,12 @@ class DecodeConfig:
             raise ValueError(f"slots={self.slots} must be >= batch={self.batch}")
 
     @property
+    def key(self) -> str:
+        """Names every shape a build depends on: `<preset>-b<B>-s<S>-l<max_len>-sl<split_len>[-tiled]`."""
+        mapping = "" if self.model.head_mapping == "grouped" else f"-{self.model.head_mapping}"
+        return f"{self.model.name}-b{self.batch}-s{self.slots}-l{self.max_len}-sl{self.split_len}{mapping}"
+
+    @property
     def n_splits(self) -> int:
         """Split-KV chunks covering `max_len`."""
         return math.ceil(self.max_len / self.split_len)
@@ -135,6 +141,23 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 DEFAULT_PRESET = "qwen3.5-0.8b"
+
+
+def add_decode_arguments(parser) -> None:
+    """The `--preset --batch --slots --max-len --split-len --head-mapping` options of the command-line tools."""
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
+    parser.add_argument("--batch", type=int, default=1, help="lanes decoded together (default 1)")
+    parser.add_argument("--slots", type=int, default=0, help="state-pool slots (default: = batch)")
+    parser.add_argument("--max-len", type=int, default=DecodeConfig.max_len, help="KV rows per slot")
+    parser.add_argument("--split-len", type=int, default=DecodeConfig.split_len, help="positions per split-KV chunk")
+    parser.add_argument("--head-mapping", default="grouped", choices=HEAD_MAPPINGS)
+
+
+def decode_config(args) -> DecodeConfig:
+    """The `DecodeConfig` that `add_decode_arguments` options describe."""
+    return DecodeConfig(
+        preset(args.preset), batch=args.batch, slots=args.slots, max_len=args.max_len, split_len=args.split_len
+    ).replace(head_mapping=args.head_mapping)
 
 
 def preset(name: str) -> ModelConfig:

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-from gdn_tvm.config import DEFAULT_PRESET, PRESETS, DecodeConfig, preset
+from gdn_tvm.config import add_decode_arguments, decode_config
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import by_name, gpu_present
 from gdn_tvm.tuning.driver import BUDGETS, table, tune
@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m gdn_tvm.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    p.add_argument("--batch", type=int, default=1)
+    add_decode_arguments(p)
     p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     p.add_argument(
         "--trials",
@@ -52,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in OPS]
     if unknown:
         p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
-    cfg = DecodeConfig(preset(args.preset), batch=args.batch)
+    cfg = decode_config(args)
     trials = BUDGETS[kind].trials if args.trials is None else args.trials
     n = len({OPS[name].workload_key(cfg, kind) for name in names})
     print(
-        f"tuning {n} workloads ({len(names)} ops) of {args.preset} B={args.batch} for {kind}, "
+        f"tuning {n} workloads ({len(names)} ops) of {cfg.key} for {kind}, "
         f"{trials} trials each, logs in {args.work_dir}/{kind}/",
         flush=True,
     )

@@ -51,7 +51,7 @@ def test_allow_hand_builds_counts_and_matches_reference(tmp_path, rng):
     manifest = json.loads(path.read_text())
     assert manifest["hand_schedules"] == names and "3 hand" in lines[0]
     assert {f["schedule"] for f in manifest["functions"].values()} == {"hand"}
-    kernels = load(tmp_path, CFG.model.name, "llvm", CFG.batch)
+    kernels = load(tmp_path, CFG, "llvm")
     for name in names:
         assert kernels[name].signature == [
             a.__class__(**{**a.__dict__, "sample": None}) for a in OPS[name].signature(CFG)
@@ -65,27 +65,38 @@ def sigmoid_build(tmp_path) -> Path:
     return build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=["sigmoid_gate"], echo=quiet).parent
 
 
-@pytest.mark.parametrize("field, value", [("batch", 2), ("preset", "qwen3.5-4b"), ("target", "cuda")])
-def test_manifest_mismatch_is_an_error(sigmoid_build, field, value):
-    request = {"preset": CFG.model.name, "target": "llvm", "batch": CFG.batch, field: value}
+@pytest.mark.parametrize(
+    "field, value, changes",
+    [
+        ("batch", 2, {"batch": 2, "slots": 2}),
+        ("max_len", 128, {"max_len": 128}),
+        ("name", "qwen3.5-4b", {"name": "qwen3.5-4b"}),
+        ("head_mapping", "tiled", {"head_mapping": "tiled"}),
+        ("target", "cuda", {}),
+    ],
+)
+def test_manifest_mismatch_is_an_error(sigmoid_build, field, value, changes):
+    cfg, target = CFG.replace(**changes), value if field == "target" else "llvm"
     with pytest.raises(ManifestError, match=f"{field}=.* \\(wanted {value!r}\\)"):
-        load(sigmoid_build, **request)  # a build folder: its manifest is checked field by field
+        load(sigmoid_build, cfg, target)  # a build folder: its manifest is checked field by field
     with pytest.raises(ManifestError, match="no manifest.json"):
-        load(sigmoid_build.parent, **request)  # the build root: the folder for the request does not exist
+        load(sigmoid_build.parent, cfg, target)  # the build root: the folder for the request does not exist
 
 
 def test_manifest_from_another_tvm_is_an_error(sigmoid_build):
     manifest = sigmoid_build / "manifest.json"
     manifest.write_text(manifest.read_text().replace(tvm.__version__, "0.0.0"))
     with pytest.raises(ManifestError, match="tvm='0.0.0'"):
-        load(manifest, CFG.model.name, "llvm", CFG.batch)
+        load(manifest, CFG, "llvm")
 
 
 def test_load_needs_only_the_tvm_runtime(sigmoid_build):
     code = (
         "import numpy as np, tvm.base\n"
         "from gdn_tvm.runtime.module import load\n"
-        f"k = load({str(sigmoid_build)!r}, {CFG.model.name!r}, 'llvm', {CFG.batch})['sigmoid_gate']\n"
+        "from gdn_tvm.config import DecodeConfig, preset\n"
+        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len})\n"
+        f"k = load({str(sigmoid_build)!r}, cfg, 'llvm')['sigmoid_gate']\n"
         "x = np.ones(k.signature[0].shape, np.float32); y = np.zeros_like(x)\n"
         "k(x=x, gate=x, y=y)\n"
         "assert tvm.base._RUNTIME_ONLY and np.allclose(y, 1 / (1 + np.exp(-1.0)))\n"
@@ -99,7 +110,7 @@ def test_load_needs_only_the_tvm_runtime(sigmoid_build):
 def test_cuda_export_embeds_compiled_device_code(tmp_path):
     names = ["sigmoid_gate", "causal_conv1d_silu"]  # a no-alias and an in-place kernel: two device modules
     path = build(CFG, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
-    _, manifest = read_manifest(tmp_path, CFG.model.name, "cuda", CFG.batch)
+    _, manifest = read_manifest(tmp_path, CFG, "cuda")
     assert manifest["cuda_compile"] in ("nvcc", "nvrtc") and sorted(manifest["functions"]) == sorted(names)
     payload = (path.parent / manifest["library"]).read_bytes()
     assert b"__global__" not in payload, "the library embeds CUDA source"
@@ -121,7 +132,7 @@ def test_committed_h200_logs_build_and_match_reference(tmp_path, rng):
     """`make build` of the committed CUDA logs (default preset, B=1), strict; every op against its reference."""
     cfg = DecodeConfig(preset(DEFAULT_PRESET), batch=1)
     build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
-    kernels = load(tmp_path, DEFAULT_PRESET, "cuda", 1)
+    kernels = load(tmp_path, cfg, "cuda")
     assert sorted(kernels) == sorted(OPS)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], cfg, kernel, rng)
@@ -132,7 +143,7 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
     kernels built for another shape are refused when the launch plan is built."""
     cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=48, split_len=16)
     build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=kernel_names(cfg), echo=quiet)
-    kernels = load(tmp_path / "build", cfg.model.name, "llvm", 1)
+    kernels = load(tmp_path / "build", cfg, "llvm")
     stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=("gdn", "attention"), seed=3)
     ref = ReferenceStack(stack)
     slots = np.array([stack.acquire()], np.int32)
@@ -148,7 +159,7 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
         "from gdn_tvm.runtime.module import load\n"
         "from gdn_tvm.runtime.stack import HybridStack\n"
         f"cfg = DecodeConfig(preset({cfg.model.name!r}), batch=1, max_len=48, split_len=16)\n"
-        f"kernels = load({str(tmp_path / 'build')!r}, cfg.model.name, 'llvm', 1)\n"
+        f"kernels = load({str(tmp_path / 'build')!r}, cfg, 'llvm')\n"
         "stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=('gdn', 'attention'))\n"
         "out = stack.step(np.ones((1, cfg.model.hidden), np.float32), [0], [stack.acquire()]).numpy()\n"
         "assert tvm.base._RUNTIME_ONLY and np.isfinite(out).all()\n"

@@ -94,7 +94,7 @@ def test_build_from_tuned_logs_matches_reference(tuned_logs, tmp_path, rng):
     functions = json.loads(manifest.read_text())["functions"]
     assert {f["schedule"] for f in functions.values()} == {"tuned"}
     assert functions["gemv_in_proj_b"]["record"] == functions["gemv_in_proj_a"]["record"]
-    kernels = load(tmp_path, CFG.model.name, "llvm", CFG.batch)
+    kernels = load(tmp_path, CFG, "llvm")
     assert sorted(kernels) == sorted(TUNE_OPS)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], CFG, kernel, rng)

@@ -7,22 +7,21 @@ import sys
 import time
 
 from gdn_tvm.build.export import build
-from gdn_tvm.config import DEFAULT_PRESET, PRESETS, DecodeConfig, preset
+from gdn_tvm.config import add_decode_arguments, decode_config
 from gdn_tvm.target import by_name
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gdn_tvm.build", description=__doc__)
-    p.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    p.add_argument("--batch", type=int, default=1)
+    add_decode_arguments(p)
     p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")
     p.add_argument("--out", default="build", help="build root (default: build)")
     p.add_argument("--allow-hand", action="store_true", help="build workloads without a record by hand schedule")
     args = p.parse_args(argv)
     start = time.perf_counter()
-    cfg = DecodeConfig(preset(args.preset), batch=args.batch)
+    cfg = decode_config(args)
     try:
         path = build(cfg, by_name(args.target), args.work_dir, args.out, args.allow_hand)
     except (MissingRecordError, TuningLogError) as err:

@@ -83,15 +83,14 @@ def build(
     """Build and export every op of `names`; returns the manifest's path."""
     kind = target.kind.name
     scheduled = schedule_ops(cfg, kind, logs, names, allow_hand)
-    folder = Path(out) / artifact_name(cfg.model.name, kind, cfg.batch)
+    folder = Path(out) / artifact_name(cfg, kind)
     folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{folder.name}.so"
     mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
     manifest = {
         "format": FORMAT,
-        "preset": cfg.model.name,
+        "key": artifact_name(cfg, kind),
         "target": kind,
-        "batch": cfg.batch,
         "tvm": tvm.__version__,
         "library": library.name,
         "config": dataclasses.asdict(cfg),

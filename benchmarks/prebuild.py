@@ -1,0 +1,37 @@
+"""Prebuild the CUDA modules the GPU benchmarks load, on any machine with nvcc (no GPU needed).
+
+python -m benchmarks.prebuild [--out build/bench]
+Hand schedules (`--allow-hand` builds), one module per benchmark config; then carry the folder to the GPU
+machine and pass `--library build/bench` to `benchmarks.run` / `benchmarks.steps`: no compile time there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchmarks.configs import OP_BATCHES, OP_PRESET, STEP_BATCHES, STEP_PRESETS, op_config, step_config
+from gdn_tvm.build.export import build
+from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.target import cuda
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="build/bench")
+    p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
+    args = p.parse_args(argv)
+    wanted: dict[str, tuple] = {}  # one module per config, holding every op any benchmark needs of it
+    for cfg, names in [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES] + [
+        (cfg, kernel_names(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)
+    ]:
+        _, have = wanted.setdefault(cfg.key, (cfg, []))
+        have.extend(n for n in names if n not in have)
+    for cfg, names in wanted.values():
+        build(cfg, cuda(), args.work_dir, args.out, allow_hand=True, names=names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
