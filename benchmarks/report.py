@@ -34,13 +34,14 @@ def ops_table(data: dict) -> list[str]:
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
         "TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not serve them.",
         "",
-        "| op | B | TVM us | GB/s | % of 4.3 TB/s | torch us | fla us | fla GB/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| op | B | TVM us | GB/s | % of 4.3 TB/s | tuned us | dlight us | torch us | fla us | fla GB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         lines.append(
             f"| {r['op']} | {r['batch']} | {_fmt(r['tvm_us'])} | {_fmt(r['tvm_gbps'], 0)} "
-            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('torch_us'))} | {_fmt(r.get('fla_us'))} "
+            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tuned_us'))} | {_fmt(r.get('dlight_us'))} "
+            f"| {_fmt(r.get('torch_us'))} | {_fmt(r.get('fla_us'))} "
             f"| {_fmt(r.get('fla_gbps'), 0)} |"
         )
     return lines

@@ -17,11 +17,11 @@ from benchmarks import torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, n_sets, time_eager, time_graph
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.build.compile import compile_dlight, compile_op
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
-from gdn_tvm.runtime.module import load
+from gdn_tvm.runtime.module import ManifestError, load
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda
 
@@ -92,12 +92,40 @@ def kernels_for(cfg: DecodeConfig, names: list[str], library: str | None) -> dic
     return {name: kernels[name] for name in names}
 
 
-def bench_op(op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator) -> dict:
+def rel_error(op: Op, cfg: DecodeConfig, kernel: Kernel, other: Kernel, values: dict) -> float:
+    """Relative L-inf difference of `other`'s outputs and states from `kernel`'s on copies of the same inputs."""
+    results = []
+    for k in (kernel, other):
+        copy = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in values.items()}
+        k.launch(copy)
+        results.append([copy[a.name].double() for a in visible(op.signature(cfg)) if a.role in ("out", "state")])
+    return max(float((b - a).abs().max() / a.abs().max().clamp_min(1e-30)) for a, b in zip(*results, strict=True))
+
+
+def tuned_kernels(root: str | None, cfg: DecodeConfig) -> dict[str, Kernel]:
+    """The tuned build of `cfg` under `root`, or none (said on stdout) when `root` has no build of that config."""
+    if root is None:
+        return {}
+    try:
+        return load(root, cfg, "cuda")
+    except ManifestError as err:
+        print(f"no tuned column for {cfg.key}: {err}", flush=True)
+        return {}
+
+
+def bench_op(
+    op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator, others: dict[str, Kernel] | None = None
+) -> dict:
+    """Hand kernel, the other TVM kernels given (`tuned`, `dlight`: timed and checked against the hand kernel),
+    PyTorch eager and, for the delta rule, fla."""
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)
     value_sets = [inputs(op, cfg, rng) for _ in range(sets)]
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
     row["tvm_us"] = time_kernel(kernel, value_sets)
+    for label, other in (others or {}).items():
+        row[f"{label}_us"] = time_kernel(other, value_sets)
+        row[f"{label}_rel_err"] = rel_error(op, cfg, kernel, other, inputs(op, cfg, rng))
     baseline = torch_ops.BASELINES.get(op.family) if op.name != "decode_attention_reduce" else None
     if baseline is not None:
         calls = [lambda v=v: baseline(cfg.model, seq_len=cfg.max_len, **v) for v in value_sets]
@@ -108,7 +136,7 @@ def bench_op(op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator
             row["fla_us"] = time_graph(lambda i: calls[i](), sets)
         except Exception as e:  # reported, not hidden: the JSON says why fla did not run
             row["fla_error"] = f"{type(e).__name__}: {e}"[:300]
-    for k in ("tvm_us", "torch_us", "fla_us"):
+    for k in ("tvm_us", "tuned_us", "dlight_us", "torch_us", "fla_us"):
         if k in row:
             row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
     row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / PEAK_GBPS, 1)
@@ -144,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", nargs="+", default=list(OPS))
     p.add_argument("--out", default="benchmarks/results/h200_ops.json")
     p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
+    p.add_argument("--tuned", help="build root of `make build --target cuda` from tuning logs: adds a tuned column")
+    p.add_argument("--dlight", action="store_true", help="add TVM's dlight default schedules (where they apply)")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     floor = empty_launch_us()
@@ -152,10 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
+        tuned = tuned_kernels(args.tuned, cfg)
         for name in args.ops:
-            row = bench_op(OPS[name], cfg, kernels[name], rng)
+            others = {"tuned": tuned[name]} if tuned else {}
+            if args.dlight:
+                try:
+                    others["dlight"] = compile_dlight(OPS[name], cfg, cuda())
+                except Exception as e:  # noqa: BLE001 - no dlight rule fits this op: the row says so
+                    print(f"{name}: dlight does not apply ({type(e).__name__})", flush=True)
+            row = bench_op(OPS[name], cfg, kernels[name], rng, others)
             results.add(row)
-            base = "  ".join(f"{k}={row[k]:.2f}" for k in ("torch_us", "fla_us") if k in row)
+            shown = ("tuned_us", "dlight_us", "torch_us", "fla_us")
+            base = "  ".join(f"{k}={row[k]:.2f}" for k in shown if k in row)
             print(
                 f"{name:28s} B={batch:<4d} {row['tvm_us']:9.2f} us {row['tvm_gbps']:8.1f} GB/s "
                 f"{row['tvm_pct_peak']:5.1f}%  {base}",

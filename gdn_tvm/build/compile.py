@@ -54,6 +54,17 @@ def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) ->
     return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
 
 
+def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
+    """`op` scheduled by TVM's dlight default rules (the untuned baseline); raises where no rule applies."""
+    from tvm.s_tir import dlight as dl
+
+    rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
+    with target:
+        mod = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))
+    dev = device_of(target)
+    return Kernel(op.name, compile_mod(mod, target)["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
+
+
 def build_kernels(cfg: DecodeConfig, target: tvm.target.Target, names: list[str]) -> dict[str, Kernel]:
     """Hand-scheduled kernels for `names`, compiled once per distinct workload key."""
     by_key: dict[str, Kernel] = {}
