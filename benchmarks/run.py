@@ -28,8 +28,8 @@ from gdn_tvm.target import cuda
 PEAK_GBPS = 4300.0
 
 
-def inputs(op: Op, cfg: DecodeConfig, rng: np.random.Generator) -> dict:
-    """Torch CUDA inputs: every lane active (slots 0..B-1), every sequence at the last cache row."""
+def inputs(op: Op, cfg: DecodeConfig, rng: np.random.Generator, device: str = "cuda") -> dict:
+    """Torch inputs on `device`: every lane active (slots 0..B-1), every sequence at the last cache row."""
     values = {}
     for a in visible(op.signature(cfg)):
         if a.name == "slots":
@@ -38,7 +38,7 @@ def inputs(op: Op, cfg: DecodeConfig, rng: np.random.Generator) -> dict:
             v = cfg.max_len - 1 if a.is_scalar else np.full(a.shape, cfg.max_len - 1, np.int32)
         else:
             v = sample(a, rng)
-        values[a.name] = torch.from_numpy(np.nan_to_num(v)).cuda() if isinstance(v, np.ndarray) else v
+        values[a.name] = torch.from_numpy(np.nan_to_num(v)).to(device) if isinstance(v, np.ndarray) else v
     return values
 
 

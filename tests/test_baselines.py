@@ -1,0 +1,61 @@
+"""The benchmarks' PyTorch baselines compute the same ops and steps as the kernels (on the CPU), and the byte
+counts the GB/s figures use follow the ops' traffic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
+
+from benchmarks import torch_ops
+from benchmarks.run import inputs, traffic
+from benchmarks.steps import TorchStack
+from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.signature import visible
+from gdn_tvm.target import llvm
+
+CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
+WHOLE_ATTENTION = ("decode_attention_split", "decode_attention_reduce")  # compared with SDPA as a whole
+
+
+TWINNED = [n for n, op in OPS.items() if op.family in torch_ops.BASELINES and n not in WHOLE_ATTENTION]
+
+
+@pytest.mark.parametrize("name", TWINNED)
+def test_torch_baseline_matches_reference(name, rng):
+    op = OPS[name]
+    values = inputs(op, CFG, rng, device="cpu")
+    expect = reference_copy({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in values.items()})
+    op.run_reference(CFG, expect)
+    torch_ops.BASELINES[op.family](CFG.model, seq_len=CFG.max_len, **values)
+    for a in visible(op.signature(CFG)):
+        if a.role in ("out", "state"):
+            assert_close(values[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
+
+
+def test_traffic_counts_touched_state_and_kv_rows():
+    m, B, L = CFG.model, CFG.batch, CFG.max_len
+    sig = {a.name: a for a in OPS["delta_rule"].signature(CFG)}
+    once = sum(sig[n].nbytes for n in ("qk", "qkv", "g", "beta", "slots", "o"))
+    assert traffic(OPS["delta_rule"], CFG) == once + 2 * sig["state"].nbytes  # every slot touched: read + write
+    sig = {a.name: a for a in OPS["decode_attention_split"].signature(CFG)}
+    once = sum(sig[n].nbytes for n in ("q", "slots", "positions", "m", "l", "acc"))
+    kv_rows = B * L * m.n_kv_heads * m.head_dim * 4  # every position of every lane, k and v
+    assert traffic(OPS["decode_attention_split"], CFG) == once + 2 * kv_rows
+
+
+def test_torch_step_matches_the_executor(rng):
+    cfg = CASES["0.8b-B1"]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    ref = TorchStack(stack)
+    slots = np.array([stack.acquire()], np.int32)
+    for t in range(4):
+        x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
+        out = stack.step(x, [t], slots).numpy()
+        expect = ref.step(torch.from_numpy(x), torch.tensor([t]), torch.from_numpy(slots), t + 1).numpy()
+        assert_close(out, expect, TOL_LAYER, f"step {t}")
