@@ -38,9 +38,10 @@ bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules here (nvcc) i
 	$(PY) -m benchmarks.prebuild --out build/bench
 	mkdir -p .device && tar cJf .device/bench.tar.xz -C build bench
 
-lint: $(STAMP)  ## ruff check and format check
+lint: $(STAMP)  ## ruff check, format check, mypy on build/runtime/tuning
 	$(PY) -m ruff check gdn_tvm schedules tests benchmarks
 	$(PY) -m ruff format --check gdn_tvm schedules tests benchmarks
+	$(PY) -m mypy
 
 format: $(STAMP)  ## ruff format and autofix
 	$(PY) -m ruff format gdn_tvm schedules tests benchmarks

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,13 @@ class Arg:
             raise ValueError(f"{self.name}: role must be one of {ROLES}, got {self.role!r}")
         if self.role == "index" and self.bound is None:
             raise ValueError(f"{self.name}: index args need a bound")
+
+    @property
+    def limits(self) -> tuple[int, int]:
+        """`bound` of an index arg (the index role always has one)."""
+        if self.bound is None:
+            raise ValueError(f"{self.name}: not an index argument")
+        return self.bound
 
     @property
     def is_scalar(self) -> bool:
@@ -79,19 +87,19 @@ def _device_of(value: object) -> tuple[int, int]:
 ALIGNMENT = 16  # bytes: float4 loads on the GPU, aligned vector loads on the CPU
 
 
-def is_contiguous(value: object) -> bool:
+def is_contiguous(value: Any) -> bool:
     """C-contiguous (numpy, torch or TVM tensor)."""
     if isinstance(value, np.ndarray):
         return value.flags.c_contiguous
     return bool(value.is_contiguous())
 
 
-def address(value: object) -> int:
+def address(value: Any) -> int:
     """Address of the first element (numpy, torch or TVM tensor)."""
     return value.ctypes.data if isinstance(value, np.ndarray) else int(value.data_ptr())
 
 
-def to_host(value: object) -> np.ndarray:
+def to_host(value: Any) -> np.ndarray:
     """A host numpy array of a numpy array, TVM tensor (copied from its device) or torch tensor."""
     if isinstance(value, np.ndarray):
         return value
@@ -151,13 +159,13 @@ def _check_scalar(a: Arg, v: object) -> None:
         if isinstance(v, bool) or not isinstance(v, int | np.integer):
             raise ArgumentError(f"{a.name}: expected an int, got {type(v).__name__}")
         if a.bound is not None and not a.bound[0] <= int(v) < a.bound[1]:
-            raise ArgumentError(f"{a.name}={int(v)} is outside [{a.bound[0]}, {a.bound[1]})")
+            raise ArgumentError(f"{a.name}={int(v)} is outside [{a.limits[0]}, {a.limits[1]})")
     elif not isinstance(v, float | int | np.floating) or isinstance(v, bool):
         raise ArgumentError(f"{a.name}: expected a float, got {type(v).__name__}")
 
 
 def _check_index(a: Arg, host: np.ndarray) -> None:
-    lo, hi = a.bound
+    lo, hi = a.limits
     bad = (host < lo) | (host >= hi)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -180,7 +188,7 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
     if arg.role == "out":
         return poisoned(arg)
     if arg.role == "index":
-        lo, hi = arg.bound
+        lo, hi = arg.limits
         if arg.slot_pool:
             return _sample_slots(rng, arg.shape[0], hi)
         value = rng.integers(max(lo, 0), hi, size=arg.shape, dtype=np.int32)

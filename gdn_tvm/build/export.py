@@ -56,7 +56,8 @@ def schedule_ops(
             f"{len(missing)} workload(s) without a tuning record (tune them, or pass --allow-hand to build "
             "their hand schedules):\n  " + "\n  ".join(missing)
         )
-    return [dataclasses.replace(by_key[get(name).workload_key(cfg, kind)], name=name) for name in names]
+    done = {key: s for key, s in by_key.items() if s is not None}  # every key, once the check above passed
+    return [dataclasses.replace(done[get(name).workload_key(cfg, kind)], name=name) for name in names]
 
 
 def _schedule(w: Workload, logs: str | Path, allow_hand: bool, missing: list[str]) -> Scheduled | None:

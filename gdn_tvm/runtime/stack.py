@@ -8,6 +8,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import LAYERS, Kernels, StepBuffers, _Layer
 from gdn_tvm.runtime.weights import random_weights
 from gdn_tvm.signature import Arg, check_args
@@ -45,7 +46,7 @@ class HybridStack:
             self.layers.append(LAYERS[kind](cfg, kernels, w, self.io, x))
             x = self.layers[-1].out
         self._free = list(range(cfg.slots))
-        self.graph = None
+        self.graph: CudaGraph | None = None
         B, L, S = cfg.batch, cfg.max_len, cfg.slots
         self._inputs = [
             Arg("x", (B, cfg.model.hidden)),
@@ -83,8 +84,6 @@ class HybridStack:
 
     def capture(self) -> None:
         """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
-        from gdn_tvm.runtime.graph import CudaGraph
-
         skip = np.full(self.cfg.batch, -1, np.int32)
         self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
         self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes

@@ -146,20 +146,28 @@ class _Tuner:
             raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
         note = self._search(w, db, runner, remaining, str(scratch)) if remaining else ""
         designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
+        result = Result(
+            w.key,
+            ops,
+            "tuned",
+            len(db) - 1,  # every candidate measured, without this run's hand record
+            records.mean_us(records.best(db, w)),
+            sum(hand_secs) / len(hand_secs) * 1e6,
+            f"{len(designs)}/{len(designs) + rejected}",
+            note,
+        )
         summary = {
             "ops": list(ops),
-            "trials": len(db) - 1,  # every candidate measured, without this run's hand record
-            "best_us": records.mean_us(records.best(db, w)),
-            "hand_us": sum(hand_secs) / len(hand_secs) * 1e6,
-            "hand_designs": f"{len(designs)}/{len(designs) + rejected}",
+            "trials": result.trials,
+            "best_us": result.best_us,
+            "hand_us": result.hand_us,
+            "hand_designs": result.designs,
             "note": note,
         }
         records.prune(db, path, w.kind)
         records.write_summary(path, summary)
         shutil.rmtree(scratch)
-        return Result(
-            w.key, ops, "tuned", *(summary[k] for k in ("trials", "best_us", "hand_us", "hand_designs", "note"))
-        )
+        return result
 
     def _search(self, w: Workload, db, runner, trials: int, work_dir: str) -> str:
         """The hand designs measured directly if MetaSchedule would discard them, then MetaSchedule over what it

@@ -59,7 +59,7 @@ def _tuning_value(arg: Arg) -> int:
 def _index_values(arg: Arg) -> np.ndarray | None:
     if arg.role != "index":
         return None
-    hi = arg.bound[1]
+    hi = arg.limits[1]
     if arg.slot_pool:
         return (np.arange(arg.shape[0]) % hi).astype(arg.dtype)
     return np.full(arg.shape, hi - 1, dtype=arg.dtype)
