@@ -143,3 +143,11 @@ def test_weights_on_the_device_are_shared_not_copied():
     buf[:] = 1.0
     assert uploaded["aligned"].numpy().min() == 1.0
     assert uploaded["misaligned"].numpy().max() == 0.0 and uploaded["strided"].numpy().max() == 0.0
+
+
+@pytest.mark.parametrize("case", LAYER_CASES)
+def test_kernel_names_are_exactly_what_the_plans_launch(case):
+    """`kernel_names` (what a build must contain) and the layers' launch plans name the same kernels."""
+    stack = make_stack(case, ("gdn", "attention"), seed=0)
+    for layer in stack.layers:
+        assert sorted(set(layer.launched)) == sorted(kernel_names(stack.cfg, (layer.kind,)))

@@ -52,6 +52,7 @@ class _Layer:
         self.out = tvm.runtime.empty((cfg.batch, cfg.model.hidden), "float32", self.device)
         self.weights = upload(weights, self.device)
         self.plan: list[tuple[Callable, list]] = []
+        self.launched: list[str] = []  # the plan's kernel names, in order
         self.states: list[tvm.runtime.Tensor] = []
         self._kernels = kernels
 
@@ -65,6 +66,7 @@ class _Layer:
         except ArgumentError as err:
             raise ArgumentError(f"{name}: {err} (kernels built for another configuration?)") from None
         self.plan.append((kernel.func, bind(kernel.signature, values)))
+        self.launched.append(name)
 
     def _state(self, *shape: int) -> tvm.runtime.Tensor:
         t = _zeros(shape, self.device)
