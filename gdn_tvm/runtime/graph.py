@@ -48,9 +48,6 @@ class CudaGraph:
     def replay(self) -> None:
         _check(self._cudart.cudaGraphLaunch(self.exec, self.stream))
 
-    def synchronize(self) -> None:
-        _check(self._cudart.cudaStreamSynchronize(self.stream))
-
     def __del__(self):
         cudart = getattr(self, "_cudart", None)
         if cudart is None:
