@@ -8,9 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
-from conftest import TOL_LAYER, assert_close
 from safetensors.numpy import save_file
-from test_layers import ReferenceStack
+from test_layers import assert_decodes_like_reference
 
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.config import DecodeConfig
@@ -110,9 +109,4 @@ def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
     m, layers = load_checkpoint(tmp_path)
     cfg = DecodeConfig(m, batch=1, max_len=16, split_len=8)
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), weights=layers)
-    ref = ReferenceStack(stack)
-    slots = np.array([stack.acquire()], np.int32)
-    for t in range(4):
-        x = rng.standard_normal((1, m.hidden)).astype(np.float32)
-        out = stack.step(x, [t], slots).numpy()
-        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
+    assert_decodes_like_reference(stack, rng, steps=4)

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tvm
-from conftest import TOL_LAYER, assert_close, check_kernel_against_reference
-from test_layers import ReferenceStack
+from conftest import check_kernel_against_reference
+from test_layers import assert_decodes_like_reference
 
 from gdn_tvm.build.export import build
 from gdn_tvm.build.library import export_library
@@ -145,12 +144,7 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
     build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=kernel_names(cfg), echo=quiet)
     kernels = load(tmp_path / "build", cfg, "llvm")
     stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=("gdn", "attention"), seed=3)
-    ref = ReferenceStack(stack)
-    slots = np.array([stack.acquire()], np.int32)
-    for t in range(8):
-        x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
-        out = stack.step(x, [t], slots).numpy()
-        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
+    assert_decodes_like_reference(stack, rng, steps=8)
     with pytest.raises(ArgumentError, match="k_cache: expected shape"):
         HybridStack(cfg.replace(max_len=64), kernels, tvm.cpu(), layer_types=("attention",))
     code = (  # the executor itself with the TVM runtime library alone

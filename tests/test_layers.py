@@ -46,6 +46,16 @@ class ReferenceStack:
         return x
 
 
+def assert_decodes_like_reference(stack: HybridStack, rng: np.random.Generator, steps: int) -> None:
+    """One acquired slot decoded for `steps` positions from 0, each output within 1e-3 of the reference stack."""
+    ref = ReferenceStack(stack)
+    slots = np.array([stack.acquire()], np.int32)
+    for t in range(steps):
+        x = rng.standard_normal((1, stack.cfg.model.hidden)).astype(np.float32)
+        out = stack.step(x, [t], slots).numpy()
+        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
+
+
 def lanes(cfg, rng) -> tuple[np.ndarray, np.ndarray]:
     """Per-lane slots (one lane skipped when B >= 3) and distinct start positions."""
     slots = rng.permutation(cfg.slots)[: cfg.batch].astype(np.int32)
@@ -124,12 +134,7 @@ def test_every_preset_pattern_period_decodes(name, rng):
     cfg = DecodeConfig(PRESETS[name], batch=1, max_len=16, split_len=8)
     period = cfg.model.layer_types[: cfg.model.full_attention_interval]
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=period, seed=5)
-    ref = ReferenceStack(stack)
-    slots = np.array([stack.acquire()], np.int32)
-    for t in range(4):
-        x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
-        out = stack.step(x, [t], slots).numpy()
-        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"{name} step {t}")
+    assert_decodes_like_reference(stack, rng, steps=4)
 
 
 def test_weights_on_the_device_are_shared_not_copied():
