@@ -73,7 +73,7 @@ def check_op_against_reference(op, cfg, target, rng) -> None:
 def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
     """Run a compiled kernel of `op` on fresh inputs (outputs NaN-poisoned) on its device and compare every
     output and state with the float64 reference (bit for bit for data movement)."""
-    device = tvm.cpu() if kernel.device[0] == 1 else tvm.cuda(kernel.device[1])
+    device = tvm.device(*kernel.device)
     args = visible(op.signature(cfg))
     values = {a.name: sample(a, rng) for a in args}
     expect = reference_copy(values)

@@ -48,10 +48,7 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
 
 def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) -> Kernel:
     """Build `op` for `cfg` with its hand schedule for `target` and wrap it as a checked `Kernel`."""
-    sch = op.schedule(cfg, target.kind.name, **knobs)
-    ex = compile_mod(sch.mod, target)
-    dev = device_of(target)
-    return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
+    return _kernel(op, cfg, compile_mod(op.schedule(cfg, target.kind.name, **knobs).mod, target), target)
 
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
@@ -61,8 +58,12 @@ def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kern
     rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
     with target:
         mod = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))
+    return _kernel(op, cfg, compile_mod(mod, target), target)
+
+
+def _kernel(op: Op, cfg: DecodeConfig, ex: tvm.runtime.Executable, target: tvm.target.Target) -> Kernel:
     dev = device_of(target)
-    return Kernel(op.name, compile_mod(mod, target)["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
+    return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
 
 
 def build_kernels(cfg: DecodeConfig, target: tvm.target.Target, names: list[str]) -> dict[str, Kernel]:
