@@ -10,14 +10,13 @@ OP_MAX_LEN = {1: 32768, 8: 8192, 32: 4096, 128: 1024, 256: 1024}  # KV rows per 
 STEP_PRESETS = ("qwen3.5-0.8b", "qwen3.5-4b")
 STEP_BATCHES = (1, 32)
 STEP_MAX_LEN = 4096
-SPLIT_LEN = 512
 
 
 def op_config(model: str, batch: int) -> DecodeConfig:
     """One op-benchmark shape: every lane at the last of `OP_MAX_LEN[batch]` cache rows."""
-    return DecodeConfig(preset(model), batch=batch, max_len=OP_MAX_LEN.get(batch, 1024), split_len=SPLIT_LEN)
+    return DecodeConfig(preset(model), batch=batch, max_len=OP_MAX_LEN.get(batch, 1024))
 
 
 def step_config(model: str, batch: int) -> DecodeConfig:
     """One step-benchmark shape."""
-    return DecodeConfig(preset(model), batch=batch, max_len=STEP_MAX_LEN, split_len=SPLIT_LEN)
+    return DecodeConfig(preset(model), batch=batch, max_len=STEP_MAX_LEN)

@@ -94,7 +94,7 @@ class DecodeConfig:
     batch: int = 1
     slots: int = 0  # 0 => same as batch
     max_len: int = 4096
-    split_len: int = 512
+    split_len: int = 128
 
     def __post_init__(self) -> None:
         if self.slots == 0:

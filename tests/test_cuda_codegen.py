@@ -13,8 +13,8 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
 
 CUDA_CASES = {
-    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768, split_len=512),
-    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, slots=64, max_len=4096, split_len=512),
+    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
+    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, slots=64, max_len=4096),
 }
 
 

@@ -18,8 +18,8 @@ from gdn_tvm.target import cuda, device_of, gpu_present
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")]
 
 GPU_CASES = {
-    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=4096, split_len=512),
-    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768, split_len=512),
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=4096),
+    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
     "4b-B8-tiled": DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=12, max_len=2048).replace(head_mapping="tiled"),
     "27b-B4": DecodeConfig(preset("qwen3.5-27b"), batch=4, slots=6, max_len=1024, split_len=256),
     "next80b-B32": DecodeConfig(preset("qwen3-next-80b-a3b"), batch=32, slots=40, max_len=1024, split_len=256),

@@ -79,13 +79,18 @@ def test_force_tunes_further_and_keeps_the_best(tuned_logs, tmp_path):
 
 
 def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
-    """A scratch database without a pruned log (as an interrupted run leaves it) is continued, not restarted."""
-    key = workload(OPS["sigmoid_gate"], CFG, "llvm").key
-    folder = tmp_path / key
-    shutil.copytree(tuned_logs / key, folder / records.SCRATCH)
+    """A scratch database without a pruned log (as an interrupted run leaves it) is continued, not restarted: a run
+    cut after its hand record, the knob grid and the search budget measures only the hand schedule again."""
+    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
+    grid, _ = hand_designs(w, tvm.s_tir.Schedule(w.mod))
+    folder = tmp_path / w.key
+    shutil.copytree(tuned_logs / w.key, folder / records.SCRATCH)
     (folder / records.SCRATCH / records.SUMMARY).unlink()
-    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=1, echo=quiet)
-    assert (result.status, result.trials) == ("tuned", 1)  # the interrupted run's record; the budget was spent
+    log = folder / records.SCRATCH / records.RECORDS
+    prior = len(grid) + TRIALS  # the hand record, the rest of the grid, the search
+    log.write_text(log.read_text() * prior)
+    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=TRIALS, echo=quiet)
+    assert (result.status, result.trials) == ("tuned", prior)  # nothing but the hand schedule was measured
     assert (folder / records.RECORDS).exists() and not (folder / records.SCRATCH).exists()
 
 

@@ -2,8 +2,9 @@
 finishes, a table at the end.
 
 Per workload: measure the hand schedule (default knobs) and commit it to the database first, so the result is
-never slower than the hand schedule and the evolutionary search starts from it; then run MetaSchedule over the
-union space (`space.design_space`) with the xgboost cost model; then prune the database to its best record.
+never slower than the hand schedule; then every other combination of its knob grid; then MetaSchedule over the
+default rules (`space.design_space`) with the xgboost cost model, seeded from the best of those records; then
+prune the database to its best record.
 """
 
 from __future__ import annotations
@@ -135,17 +136,23 @@ class _Tuner:
                 records.seed_scratch(path)
         scratch.mkdir(parents=True, exist_ok=True)
         db = records.open_db(scratch, w.kind, create=True)
-        remaining = max(self.trials - (len(db) if resuming else 0), 0)
+        prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
         runner = ms.runner.LocalRunner(
             evaluator_config=self.budget.evaluator,
             f_alloc_argument=functools.partial(measure.alloc_arguments, w.index_values),
         )
-        hand = hand_schedule(w)
-        (hand_secs,) = self._measure(w, [hand], db, runner)
+        (hand_secs,) = self._measure(w, [hand_schedule(w)], db, runner)
         if isinstance(hand_secs, str):
             raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
-        note = self._search(w, db, runner, remaining, str(scratch)) if remaining else ""
         designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
+        grid = designs[1:]  # [0] is the default: the hand schedule, measured
+        note = ""
+        if self.trials:
+            searched = prior - 1 - len(grid)
+            if searched < 0:  # a fresh run, or one cut inside the grid
+                self._measure(w, grid, db, runner)
+                searched = 0
+            note = self._search(w, db, runner, self.trials - searched, str(scratch))
         result = Result(
             w.key,
             ops,
@@ -170,21 +177,16 @@ class _Tuner:
         return result
 
     def _search(self, w: Workload, db, runner, trials: int, work_dir: str) -> str:
-        """The hand designs measured directly if MetaSchedule would discard them, then MetaSchedule over what it
-        can search; returns a note on what was left out. A search that fails outright keeps what it measured
-        (at least the hand schedule) and says why in the note."""
+        """MetaSchedule over what it can search, `trials` candidates; returns a note on what was left out. A
+        search that fails outright keeps what was measured (at least the hand designs) and says why."""
         space = design_space(w, self.target)
-        note = space.note
-        if space.direct:
-            designs, _ = hand_designs(w, s_tir.Schedule(w.mod))
-            self._measure(w, designs[1:], db, runner)  # [0] is the default: the hand schedule, measured
-        if space.generator is None:
-            return note
+        if space.generator is None or trials <= 0:
+            return space.note
         try:
             self._tune_tir(w, space.generator, db, runner, trials, work_dir)
         except RuntimeError as err:
-            note = "; ".join(filter(None, [note, f"the search failed ({first_line(err)})"]))
-        return note
+            return "; ".join(filter(None, [space.note, f"the search failed ({first_line(err)})"]))
+        return space.note
 
     def _measure(self, w: Workload, schedules: list[s_tir.Schedule], db, runner) -> list[list[float] | str]:
         """Build and run schedules with MetaSchedule's builder and runner and commit a record for each that

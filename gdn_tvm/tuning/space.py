@@ -1,9 +1,10 @@
-"""The search space of a workload: MetaSchedule's default rules AND the hand schedule over a knob grid.
+"""The search space of a workload: the hand schedule over its whole knob grid AND MetaSchedule's default rules.
 
 A schedule module may export `KNOBS` (for its `cuda` function) and `LLVM_KNOBS` (for `llvm`): dicts of knob
-name -> tuple of values. Every combination of the grid, plus the defaults, is one design space of a
-`ScheduleFn`; combinations the hand schedule rejects for this shape are dropped and counted. The union with
-`PostOrderApply` lets the evolutionary search pick from both families.
+name -> tuple of values. Every combination of the grid, plus the defaults, is one hand design; combinations the
+hand schedule rejects for this shape are dropped and counted. The grids are small (at most a few dozen), so the
+driver measures every design directly rather than sampling them; the evolutionary search over `PostOrderApply`
+then starts from the best of them.
 """
 
 from __future__ import annotations
@@ -59,57 +60,40 @@ def hand_schedule(w: Workload) -> s_tir.Schedule:
     return sch
 
 
-def hand_space(w: Workload, postprocs: list) -> ms.space_generator.ScheduleFn:
-    """The hand designs alone (`hand_designs` of every knob combination)."""
-
-    def hand(sch: s_tir.Schedule) -> list[s_tir.Schedule]:
-        designs, _ = hand_designs(w, sch)
-        return designs
-
-    return ms.space_generator.ScheduleFn(hand, postprocs=postprocs)
-
-
 @dataclass(frozen=True)
 class Space:
-    """What MetaSchedule searches for a workload (`generator`; None: nothing it can search), whether the hand
-    designs must be measured `direct`ly (MetaSchedule's postprocessors reject them, so its search never would),
-    and a `note` on what of MetaSchedule's defaults was left out."""
+    """What MetaSchedule searches beside the hand designs (which the driver measures directly, every knob
+    combination): `generator`, the target's default rules, or None where they reject the workload; and a `note`
+    on what of MetaSchedule's defaults was left out."""
 
     generator: ms.space_generator.SpaceGenerator | None
-    direct: bool
     note: str
 
 
 def design_space(w: Workload, target: Target) -> Space:
-    """`PostOrderApply` (the target's default rules) united with the hand designs, less what fails:
+    """`PostOrderApply` with the target's default rules, less what fails on the hand designs:
 
-    - a default postprocessor that raises on the hand design (RewriteUnboundBlock on a block bound to blockIdx
-      alone, as in the recurrent update) would abort the whole search: it is dropped;
-    - a postprocessor that rejects the hand design (DisallowDynamicLoop on attention's data-dependent loops)
-      would discard every hand design: they leave the space and are measured directly;
-    - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update) they leave the space.
+    - the evolutionary search seeds its population from the best records, the measured hand designs among them,
+      and runs the postprocessors on them: one that raises on a hand design (RewriteUnboundBlock on a block bound
+      to blockIdx alone, as in the recurrent update) would abort the whole search, so it is dropped;
+    - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update) there is no search.
     """
     ctx = ms.TuneContext(w.mod, target=target, space_generator="post-order-apply", task_name=w.op.name)
-    postprocs, raising, rejecting = [], [], []
+    postprocs, raising = [], []
     for postproc in ctx.space_generator.postprocs:
         try:
-            if not postproc.apply(hand_schedule(w)):
-                rejecting.append(type(postproc).__name__)
+            postproc.apply(hand_schedule(w))
         except RuntimeError:
             raising.append(type(postproc).__name__)
             continue
         postprocs.append(postproc.clone())
     notes = [f"dropped {', '.join(raising)} (raises on the hand design)"] if raising else []
-    if rejecting:
-        notes.append(f"{', '.join(rejecting)} reject(s) the hand designs: measured directly")
-    spaces = [] if rejecting else [hand_space(w, postprocs)]
     try:
         ctx.generate_design_space()
-        spaces.insert(0, ms.space_generator.PostOrderApply())
     except RuntimeError as err:  # ScheduleError and TVM check failures
         notes.append(f"default rules rejected ({first_line(err)})")
-    union = ms.space_generator.SpaceGeneratorUnion(spaces, postprocs=postprocs) if spaces else None
-    return Space(union, bool(rejecting), "; ".join(notes))
+        return Space(None, "; ".join(notes))
+    return Space(ms.space_generator.PostOrderApply(postprocs=postprocs), "; ".join(notes))
 
 
 def first_line(err: Exception) -> str:
