@@ -117,7 +117,9 @@ class _Tuner:
     def __init__(self, target: tvm.target.Target, budget: Budget, root: Path, trials: int, force: bool):
         self.target, self.budget, self.root, self.trials, self.force = target, budget, root, trials, force
         self.cores = int((target.host or target).attrs["num-cores"])
-        self.builder = ms.builder.LocalBuilder(max_workers=self.cores, f_build=measure.build)
+        self.builder = measure.PoolBuilder(self.cores)
+        # One runner (one worker process) for the session; `run` points its argument allocation at the workload.
+        self.runner = ms.runner.LocalRunner(evaluator_config=budget.evaluator)
 
     def run(self, w: Workload, ops: tuple[str, ...]) -> Result:
         """Tune `w` (or report its record); resumes from the scratch database an interrupted run left."""
@@ -137,22 +139,16 @@ class _Tuner:
         scratch.mkdir(parents=True, exist_ok=True)
         db = records.open_db(scratch, w.kind, create=True)
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
-        runner = ms.runner.LocalRunner(
-            evaluator_config=self.budget.evaluator,
-            f_alloc_argument=functools.partial(measure.alloc_arguments, w.index_values),
-        )
-        (hand_secs,) = self._measure(w, [hand_schedule(w)], db, runner)
+        runner = self.runner
+        runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
+        designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
+        grid = designs[1:]  # [0] is the default: the hand schedule
+        searched = prior - 1 - len(grid)
+        fresh = self.trials and searched < 0  # a fresh run, or one cut inside the grid: measure the grid too
+        hand_secs, *_ = self._measure(w, [hand_schedule(w)] + (grid if fresh else []), db, runner)
         if isinstance(hand_secs, str):
             raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
-        designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
-        grid = designs[1:]  # [0] is the default: the hand schedule, measured
-        note = ""
-        if self.trials:
-            searched = prior - 1 - len(grid)
-            if searched < 0:  # a fresh run, or one cut inside the grid
-                self._measure(w, grid, db, runner)
-                searched = 0
-            note = self._search(w, db, runner, self.trials - searched, str(scratch))
+        note = self._search(w, db, runner, self.trials - max(searched, 0), str(scratch)) if self.trials else ""
         result = Result(
             w.key,
             ops,
