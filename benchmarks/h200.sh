@@ -35,7 +35,7 @@ for part in "${parts[@]}"; do
         python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --dlight \
             --out "$out/h200_ops.json" 2>&1 | tee "$out/bench_ops.log" || status=1
         ;;
-    steps) python3 -m benchmarks.steps ${library[@]+"${library[@]}"} --out "$out/h200_steps.json" 2>&1 | tee "$out/bench_steps.log" || status=1 ;;
+    steps) python3 -m benchmarks.steps ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --out "$out/h200_steps.json" 2>&1 | tee "$out/bench_steps.log" || status=1 ;;
     tune*)  # "tune" = the default preset; "tune:ARGS" = other shapes, e.g. "tune:--preset qwen3.5-4b --max-len 32768"
         shape=${part#tune}
         # shellcheck disable=SC2086

@@ -1,20 +1,24 @@
 """Prebuild the CUDA modules the GPU benchmarks load, on any machine with nvcc (no GPU needed).
 
 python -m benchmarks.prebuild [--out build/bench]
-Hand schedules (`--allow-hand` builds), one module per benchmark config; then carry the folder to the GPU
-machine and pass `--library build/bench` to `benchmarks.run` / `benchmarks.steps`: no compile time there.
+One module per benchmark config under `<out>/hand/` (hand schedules only), and under `<out>/tuned/` for the
+configs whose every workload has a record in the tuning logs (strict). Carry the folder to the GPU machine and
+pass `--library <out>/hand` (and `--tuned <out>/tuned`) to `benchmarks.run` / `benchmarks.steps`: no compile
+time there.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 
 from benchmarks.configs import OP_BATCHES, OP_PRESET, STEP_BATCHES, STEP_PRESETS, op_config, step_config
 from gdn_tvm.build.export import build
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.target import cuda
+from gdn_tvm.tuning.records import MissingRecordError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         _, have = wanted.setdefault(cfg.key, (cfg, []))
         have.extend(n for n in names if n not in have)
+    with tempfile.TemporaryDirectory() as no_logs:
+        for cfg, names in wanted.values():
+            build(cfg, cuda(), no_logs, f"{args.out}/hand", allow_hand=True, names=names)
     for cfg, names in wanted.values():
-        build(cfg, cuda(), args.work_dir, args.out, allow_hand=True, names=names)
+        try:
+            build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", names=names)
+        except MissingRecordError as err:
+            print(f"no tuned build of {cfg.key}: {str(err).splitlines()[0]}", flush=True)
     return 0
 
 

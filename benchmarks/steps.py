@@ -18,7 +18,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS, kernels_for
+from benchmarks.run import PEAK_GBPS, kernels_for, tuned_kernels
 from benchmarks.timing import REPEATS
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=list(STEP_BATCHES))
     p.add_argument("--out", default="benchmarks/results/h200_steps.json")
     p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
+    p.add_argument("--tuned", help="build root of tuned modules: used for the configs it holds (rows say which)")
     args = p.parse_args(argv)
     results = Results(
         args.out, "benchmarks.steps", argv, peak_gbps=PEAK_GBPS, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2
@@ -129,10 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.presets:
         for batch in args.batches:
             cfg = step_config(name, batch)
-            kernels = kernels_for(cfg, kernel_names(cfg), args.library)
+            kernels = tuned_kernels(args.tuned, cfg)
+            schedules = "tuned" if kernels else "hand"
+            kernels = kernels or kernels_for(cfg, kernel_names(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip
-                row = bench_stack(cfg, kernels, types, label)
+                row = {**bench_stack(cfg, kernels, types, label), "schedules": schedules}
                 results.add(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()

@@ -56,7 +56,7 @@ def test_logs_are_pruned_to_the_best_record(tuned_logs):
     assert len(keys) == len(TUNE_OPS) - 1  # the two gemvs share a workload
     for key in keys:
         folder = tuned_logs / key
-        assert sorted(p.name for p in folder.iterdir()) == sorted([records.WORKLOADS, records.RECORDS, records.SUMMARY])
+        assert sorted(p.name for p in folder.iterdir()) == sorted([records.PACKED, records.RECORDS, records.SUMMARY])
         assert len((folder / records.RECORDS).read_text().splitlines()) == 1
         summary = json.loads((folder / records.SUMMARY).read_text())
         assert summary["best_us"] <= summary["hand_us"], f"{key}: tuned is slower than the hand schedule"
@@ -84,8 +84,10 @@ def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     grid, _ = hand_designs(w, tvm.s_tir.Schedule(w.mod))
     folder = tmp_path / w.key
-    shutil.copytree(tuned_logs / w.key, folder / records.SCRATCH)
-    (folder / records.SCRATCH / records.SUMMARY).unlink()
+    shutil.copytree(tuned_logs / w.key, folder)
+    records.seed_scratch(folder)
+    for name in (records.PACKED, records.RECORDS, records.SUMMARY):
+        (folder / name).unlink()
     log = folder / records.SCRATCH / records.RECORDS
     prior = len(grid) + TRIALS  # the hand record, the rest of the grid, the search
     log.write_text(log.read_text() * prior)
@@ -115,6 +117,10 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
         records.lookup(tmp_path, w)
     with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
         tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=1, echo=quiet)
+    (folder / records.WORKLOADS).unlink()
+    (folder / records.PACKED).write_text("not xz")
+    with pytest.raises(records.TuningLogError, match=f"{folder / records.PACKED}: not an xz file"):
+        records.lookup(tmp_path, w)
 
 
 def test_foreign_log_is_an_error_naming_the_file(tmp_path):

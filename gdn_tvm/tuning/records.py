@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from tvm.s_tir import meta_schedule as ms
 from gdn_tvm.tuning.workload import Workload
 
 WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database: the workload table
+PACKED = WORKLOADS + ".xz"  # ... as a pruned log keeps it: serialised IRModules shrink ~20x, the repo stays small
 RECORDS = "database_tuning_record.json"  # ... and the tuning records
 SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
@@ -47,7 +50,7 @@ def folder(root: str | Path, w: Workload) -> Path:
 
 
 def has_log(path: Path) -> bool:
-    return (path / RECORDS).exists() or (path / WORKLOADS).exists()
+    return any((path / name).exists() for name in (RECORDS, WORKLOADS, PACKED))
 
 
 def mean_us(record: ms.database.TuningRecord) -> float:
@@ -55,22 +58,46 @@ def mean_us(record: ms.database.TuningRecord) -> float:
     return sum(secs) / len(secs) * 1e6
 
 
-def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.JSONDatabase:
-    """The JSON database in `path`, validated first: `TuningLogError` naming the file if a line does not parse,
-    has the wrong structure, or holds a record tuned for a target kind other than `kind`."""
+def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.Database:
+    """The database in `path`, validated first: `TuningLogError` naming the file if a line does not parse, has
+    the wrong structure, or holds a record tuned for a target kind other than `kind`. A pruned log (workload
+    table packed) opens read-only, in memory; otherwise a JSON database that commits append to `path`."""
+    if (path / PACKED).exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / WORKLOADS).write_bytes(_unpack(path / PACKED))
+            shutil.copyfile(path / RECORDS, Path(tmp) / RECORDS)
+            db = _open_json(Path(tmp), kind, create=False, shown=path)
+            memory = ms.database.MemoryDatabase()
+            db.dump_pruned(memory)  # a pruned log holds one record per workload: nothing is lost
+            return memory
+    return _open_json(path, kind, create=create, shown=path)
+
+
+def _open_json(path: Path, kind: str, *, create: bool, shown: Path) -> ms.database.JSONDatabase:
     if not create:
         for name in (WORKLOADS, RECORDS):
             if not (path / name).exists():
-                raise TuningLogError(f"{path / name}: missing (a tuning log needs {WORKLOADS} and {RECORDS})")
-    n_workloads = _check_lines(path / WORKLOADS, _check_workload_line)
-    _check_lines(path / RECORDS, lambda line: _check_record_line(line, n_workloads, kind))
+                raise TuningLogError(f"{shown / name}: missing (a tuning log needs {WORKLOADS} and {RECORDS})")
+    n_workloads = _check_lines(path / WORKLOADS, _check_workload_line, shown / _packed_name(shown))
+    _check_lines(path / RECORDS, lambda line: _check_record_line(line, n_workloads, kind), shown / RECORDS)
     try:
         return ms.database.JSONDatabase(work_dir=str(path), allow_missing=create)
     except Exception as err:  # TVM's loader reports C++ errors; name the files
-        raise TuningLogError(f"{path / WORKLOADS} / {RECORDS}: MetaSchedule cannot load them: {err}") from err
+        raise TuningLogError(f"{shown / WORKLOADS} / {RECORDS}: MetaSchedule cannot load them: {err}") from err
 
 
-def _check_lines(path: Path, check) -> int:
+def _packed_name(path: Path) -> str:
+    return PACKED if (path / PACKED).exists() else WORKLOADS
+
+
+def _unpack(path: Path) -> bytes:
+    try:
+        return lzma.decompress(path.read_bytes())
+    except lzma.LZMAError as err:
+        raise TuningLogError(f"{path}: not an xz file: {err}") from None
+
+
+def _check_lines(path: Path, check, shown: Path) -> int:
     if not path.exists():
         return 0
     lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -78,7 +105,7 @@ def _check_lines(path: Path, check) -> int:
         try:
             check(json.loads(line))
         except (ValueError, TypeError, KeyError, IndexError) as err:
-            raise TuningLogError(f"{path}: line {i} is not a MetaSchedule record: {err}") from None
+            raise TuningLogError(f"{shown}: line {i} is not a MetaSchedule record: {err}") from None
     return len(lines)
 
 
@@ -130,16 +157,20 @@ def replay(found: Found, w: Workload) -> s_tir.Schedule:
 
 
 def prune(db: ms.database.Database, path: Path, kind: str) -> None:
-    """Replace the log in `path` by the best record of each workload in `db`."""
-    for name in (WORKLOADS, RECORDS):
+    """Replace the log in `path` by the best record of each workload in `db`, its workload table packed."""
+    for name in (WORKLOADS, RECORDS, PACKED):
         (path / name).unlink(missing_ok=True)
-    db.dump_pruned(open_db(path, kind, create=True))
+    db.dump_pruned(_open_json(path, kind, create=True, shown=path))
+    (path / PACKED).write_bytes(lzma.compress((path / WORKLOADS).read_bytes(), preset=9))
+    (path / WORKLOADS).unlink()
 
 
 def seed_scratch(path: Path) -> None:
     """Start a scratch database from the pruned log (so a forced re-tune keeps the best of old and new)."""
     scratch = path / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
+    if (path / PACKED).exists() and not (scratch / WORKLOADS).exists():
+        (scratch / WORKLOADS).write_bytes(_unpack(path / PACKED))
     for name in (WORKLOADS, RECORDS):
         if (path / name).exists() and not (scratch / name).exists():
             shutil.copyfile(path / name, scratch / name)
