@@ -1,13 +1,15 @@
-"""Compile-only CUDA: every op's hand schedule lowers, generates CUDA source and (with nvcc) PTX for sm_90."""
+"""Compile-only CUDA: every op's hand schedule lowers, generates CUDA source and (with nvcc) PTX for sm_90; the
+dlight baseline builds device code or is refused."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
+import tvm
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_mod
+from gdn_tvm.build.compile import compile_dlight, compile_mod
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
@@ -40,3 +42,15 @@ def test_cuda_ptx_sm90(name):
     with cuda():
         ptx = nvcc.compile_cuda(src, target_format="ptx", compiler="nvcc")
     assert b".target sm_90" in ptx
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_dlight_builds_device_code_or_is_refused(name):
+    """dlight leaves what no rule fits unscheduled, which TVM compiles for the host; such a kernel segfaulted the
+    H200 benchmark when called on device memory. `compile_dlight` must refuse it instead."""
+    try:
+        kernel = compile_dlight(OPS[name], CUDA_CASES["0.8b-B32"], cuda())
+    except (ValueError, tvm.s_tir.ScheduleError) as err:
+        assert name.startswith(("decode_attention", "partial_neox_rope")), f"dlight refused {name}: {err}"
+        return
+    assert kernel.device[0] == tvm.cuda().dlpack_device_type()

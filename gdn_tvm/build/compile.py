@@ -40,10 +40,19 @@ def is_in_place(mod: tvm.IRModule) -> bool:
 
 def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
     """`tvm.compile` inside the target's scope (the CUDA compile callback reads `Target.current()`),
-    without no-alias assumptions for in-place kernels."""
+    without no-alias assumptions for in-place kernels.
+
+    A CUDA build without device code is refused: TVM compiles a function whose loops bind no GPU threads for the
+    host, and calling it on device pointers segfaults (dlight leaves what no rule fits unscheduled)."""
     pipeline = IN_PLACE_PIPELINE if is_in_place(mod) else "default"
     with target:
-        return tvm.compile(mod, target=target, tir_pipeline=pipeline)
+        ex = tvm.compile(mod, target=target, tir_pipeline=pipeline)
+    if target.kind.name == "cuda" and not any(m.kind == "cuda" for m in ex.mod.imports):
+        raise ValueError(
+            f"{', '.join(str(g.name_hint) for g in mod.get_global_vars())}: no CUDA kernel was "
+            "generated (no loop is bound to GPU threads)"
+        )
+    return ex
 
 
 def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) -> Kernel:
@@ -52,7 +61,8 @@ def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) ->
 
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
-    """`op` scheduled by TVM's dlight default rules (the untuned baseline); raises where no rule applies."""
+    """`op` scheduled by TVM's dlight default rules (the untuned baseline); raises where no rule applies
+    (ScheduleError from a rule, ValueError from `compile_mod` where every rule passed it by)."""
     from tvm.s_tir import dlight as dl
 
     rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
