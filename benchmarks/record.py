@@ -13,7 +13,7 @@ import torch
 
 
 def commit() -> str:
-    """The commit measured: $GDN_TVM_COMMIT (set it in the GPU command: that copy's .git is stale) or `git rev-parse`."""
+    """The commit measured: $GDN_TVM_COMMIT (set it in GPU commands: that copy's .git is stale) or git's HEAD."""
     if os.environ.get("GDN_TVM_COMMIT"):
         return os.environ["GDN_TVM_COMMIT"]
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

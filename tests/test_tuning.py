@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import tvm
 from conftest import check_kernel_against_reference
+from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.build.export import build
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import load
 from gdn_tvm.target import llvm
-from gdn_tvm.tuning import records
+from gdn_tvm.tuning import measure, records
 from gdn_tvm.tuning.driver import tune, workloads
 from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
@@ -142,3 +143,40 @@ def test_knob_grid_designs_and_rejections(monkeypatch):
     assert len(knob_grid(w)) == 5
     designs, rejected = hand_designs(w, tvm.s_tir.Schedule(w.mod))
     assert (len(designs), rejected) == (3, 2)  # threads=0 cannot split
+
+
+def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
+    """The CUDA runner's evaluator (a fake graph here: no GPU): one capture of GRAPH_LAUNCHES launches rotating
+    over the argument sets, replays calibrated to min_repeat_ms, seconds per launch."""
+    calls = []
+
+    class Graph:
+        def __init__(self, run, device_id):
+            assert device_id == 0
+            run()
+            self.replays = 0
+
+        def replay(self):
+            self.replays += 1
+
+        def elapsed(self, replays):
+            return replays * measure.GRAPH_LAUNCHES * 2e-6  # 2 us a launch
+
+    class Module:
+        entry_name = "main"
+
+        def __getitem__(self, name):
+            assert name == "main"
+            return lambda *args: calls.append(args)
+
+    class Device:
+        index = 0
+
+        def sync(self):
+            pass
+
+    sets = [("a0", "b0"), ("a1", "b1"), ("a2", "b2")]
+    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10)
+    costs = measure.graph_run_evaluator(Module(), Device(), config, sets, make_graph=Graph)
+    assert calls == [sets[i % 3] for i in range(measure.GRAPH_LAUNCHES)] * 2  # eager warm-up, then the capture
+    assert costs == pytest.approx([2e-6] * 3)

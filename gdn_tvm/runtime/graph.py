@@ -48,6 +48,21 @@ class CudaGraph:
     def replay(self) -> None:
         _check(self._cudart.cudaGraphLaunch(self.exec, self.stream))
 
+    def elapsed(self, replays: int) -> float:
+        """Seconds that `replays` back-to-back replays take on the GPU (CUDA events around them)."""
+        cudart = self._cudart
+        start, end = _check(cudart.cudaEventCreate()), _check(cudart.cudaEventCreate())
+        try:
+            _check(cudart.cudaEventRecord(start, self.stream))
+            for _ in range(replays):
+                self.replay()
+            _check(cudart.cudaEventRecord(end, self.stream))
+            _check(cudart.cudaEventSynchronize(end))
+            return _check(cudart.cudaEventElapsedTime(start, end)) / 1e3
+        finally:
+            cudart.cudaEventDestroy(start)
+            cudart.cudaEventDestroy(end)
+
     def __del__(self):
         cudart = getattr(self, "_cudart", None)
         if cudart is None:

@@ -34,20 +34,25 @@ from gdn_tvm.tuning.workload import Workload, workload
 @dataclass(frozen=True)
 class Budget:
     """Search settings per target kind; `trials` is the default number of MetaSchedule candidates measured
-    per workload (the hand schedule is measured on top)."""
+    per workload (the hand designs of the knob grid are measured on top); `arg_sets` argument sets rotate in
+    each measurement; `graph`: time CUDA-graph replays (`measure.graph_run_evaluator`), not eager calls."""
 
     trials: int
     per_iter: int
     population: int
     evaluator: ms.runner.EvaluatorConfig
+    arg_sets: int = 1
+    graph: bool = False
 
 
 BUDGETS = {
     # 2-core CPU: the ~22 workloads of a preset x (hand + 8 candidates) in about two minutes.
     "llvm": Budget(8, 8, 64, ms.runner.EvaluatorConfig(number=10, repeat=3, min_repeat_ms=5)),
-    # H200: one search round of 16 candidates per workload (~1 s each, built in parallel, measured in turn):
-    # the ~22 workloads of a preset at B=1 in well under 10 minutes. Deeper searches: --trials.
-    "cuda": Budget(16, 16, 256, ms.runner.EvaluatorConfig(number=20, repeat=3, min_repeat_ms=10)),
+    # H200: the knob grid plus one search round of 16 candidates per workload, built in parallel, measured in
+    # turn: 10-35 s a workload, ~5 minutes a preset's 22 (two presets at once on two GPUs). --trials: deeper.
+    "cuda": Budget(
+        16, 16, 256, ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10), arg_sets=4, graph=True
+    ),
 }
 
 
@@ -119,7 +124,11 @@ class _Tuner:
         self.cores = int((target.host or target).attrs["num-cores"])
         self.builder = measure.PoolBuilder(self.cores)
         # One runner (one worker process) for the session; `run` points its argument allocation at the workload.
-        self.runner = ms.runner.LocalRunner(evaluator_config=budget.evaluator)
+        self.runner = ms.runner.LocalRunner(
+            evaluator_config=budget.evaluator,
+            alloc_repeat=budget.arg_sets,
+            f_run_evaluator=measure.graph_run_evaluator if budget.graph else None,
+        )
 
     def run(self, w: Workload, ops: tuple[str, ...]) -> Result:
         """Tune `w` (or report its record); resumes from the scratch database an interrupted run left."""
