@@ -17,7 +17,7 @@ from test_layers import assert_decodes_like_reference
 
 from gdn_tvm.build.export import build
 from gdn_tvm.build.library import export_library
-from gdn_tvm.config import DEFAULT_PRESET, DecodeConfig, preset
+from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
@@ -125,11 +125,30 @@ def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
         export_library(mod, cuda(), tmp_path / "ops.so")
 
 
+# The shapes whose every workload has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
+COMMITTED_CUDA_LOGS = {
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
+    "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
+    "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32),
+}
+
+
+@pytest.mark.parametrize("case", list(COMMITTED_CUDA_LOGS))
+def test_committed_h200_logs_build_strictly(case, tmp_path):
+    """Every op of the shape has a record that replays and compiles (no hand fallback); compile-only here."""
+    cfg = COMMITTED_CUDA_LOGS[case]
+    manifest = build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
+    functions = json.loads(manifest.read_text())["functions"]
+    assert sorted(functions) == sorted(OPS)
+    assert {f["schedule"] for f in functions.values()} == {"tuned"}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")
-def test_committed_h200_logs_build_and_match_reference(tmp_path, rng):
-    """`make build` of the committed CUDA logs (default preset, B=1), strict; every op against its reference."""
-    cfg = DecodeConfig(preset(DEFAULT_PRESET), batch=1)
+@pytest.mark.parametrize("case", list(COMMITTED_CUDA_LOGS))
+def test_committed_h200_logs_build_and_match_reference(case, tmp_path, rng):
+    """`make build` of the committed CUDA logs, strict; every op against its reference on the GPU."""
+    cfg = COMMITTED_CUDA_LOGS[case]
     build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
     kernels = load(tmp_path, cfg, "cuda")
     assert sorted(kernels) == sorted(OPS)
