@@ -1,6 +1,6 @@
 """Split-KV decode attention in stages (llvm): split vs its reference, reduce vs its reference (empty splits hold
 NaN, which reduce must not read), then split + reduce against the unsplit reference and a plain float64 softmax,
-at sequence lengths 1, a split boundary and max_len."""
+at sequence lengths 1, a split boundary, between and max_len."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from gdn_tvm.reference.decode_attention import decode_attention, decode_attentio
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
 
-CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=96, split_len=32)
-SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, CFG.max_len]
+# 12 splits: the reduce merges one to twelve of them, and reads none past a lane's last.
+CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=96, split_len=8)
+SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, CFG.max_len]
 
 
 @pytest.fixture(scope="module")
