@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tvm
 from conftest import check_kernel_against_reference
-from test_layers import assert_decodes_like_reference
+from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.build.export import build
 from gdn_tvm.build.library import export_library
@@ -154,6 +154,14 @@ def test_committed_h200_logs_build_and_match_reference(case, tmp_path, rng):
     assert sorted(kernels) == sorted(OPS)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], cfg, kernel, rng)
+
+
+def test_whole_preset_stack_from_loaded_module(tmp_path, rng):
+    """qwen3.5-0.8b's whole mixer stack (24 layers) on llvm kernels exported and loaded back (every preset runs on
+    the GPU: tests/test_gpu.py; the larger ones would take 5-27 GiB of weights here)."""
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=2, slots=3, max_len=256, split_len=64)
+    build(cfg, llvm(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=kernel_names(cfg), echo=quiet)
+    assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "llvm"), tvm.cpu(), rng, graph=False)
 
 
 def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):

@@ -1,17 +1,20 @@
 """GPU tests (marker `gpu`; skipped without a CUDA device): every op against its reference on the H200 at real
-preset shapes, large RoPE positions, 64 decode steps of the layers and a stack, and graph-vs-eager identity."""
+preset shapes, large RoPE positions, 64 decode steps of the layers and a stack, graph-vs-eager identity, and every
+preset's whole mixer stack from exported modules."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from conftest import TOL_LAYER, assert_close, check_op_against_reference
-from test_layers import STEPS, ReferenceStack, lanes
+from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
 from gdn_tvm.build.compile import build_kernels
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.build.export import build
+from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.target import cuda, device_of, gpu_present
 
@@ -74,3 +77,11 @@ def test_decode_steps_on_gpu_graph_equals_eager(case, types, rng):
     for le, lg in zip(eager.layers, graphed.layers, strict=True):
         for se, sg in zip(le.states, lg.states, strict=True):
             assert np.array_equal(se.numpy(), sg.numpy())
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_stack_from_exported_modules(name, tmp_path, rng):
+    """Each preset's kernels exported as `make build` does and loaded back; its whole stack replayed as a graph."""
+    cfg = DecodeConfig(preset(name), batch=2, slots=3, max_len=256, split_len=64)
+    build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=kernel_names(cfg), echo=lambda _: None)
+    assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "cuda"), device_of(cuda()), rng, graph=True)
