@@ -32,15 +32,17 @@ def ops_table(data: dict) -> list[str]:
         "",
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
-        "TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not serve them.",
+        "TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not serve them "
+        "(L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB).",
         "",
-        "| op | B | TVM us | GB/s | % of 4.3 TB/s | tuned us | dlight us | torch us | fla us | fla GB/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| op | B | TVM us | GB/s | % of 4.3 TB/s | L2-hot us | tuned us | dlight us | torch us | fla us | fla GB/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         lines.append(
             f"| {r['op']} | {r['batch']} | {_fmt(r['tvm_us'])} | {_fmt(r['tvm_gbps'], 0)} "
-            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tuned_us'))} | {_fmt(r.get('dlight_us'))} "
+            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tvm_hot_us'))} | {_fmt(r.get('tuned_us'))} "
+            f"| {_fmt(r.get('dlight_us'))} "
             f"| {_fmt(r.get('torch_us'))} | {_fmt(r.get('fla_us'))} "
             f"| {_fmt(r.get('fla_gbps'), 0)} |"
         )
@@ -54,15 +56,17 @@ def steps_table(data: dict) -> list[str]:
         *_partial(data),
         f"`{data['command']}`",
         "",
-        "| what | preset | B | layers | eager us | graph us | torch eager us | weight floor us "
-        "| graph/eager | graph/floor |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| what | preset | B | schedules | layers | eager us | graph us | torch eager us | weight floor us "
+        "| bytes floor us | graph/eager | graph/floor | graph/bytes floor |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         lines.append(
-            f"| {r['what']} | {r['preset']} | {r['batch']} | {r['layers']} | {r['eager_us']} | {r['graph_us']} "
-            f"| {r['torch_eager_us']} | {r['weight_floor_us']} | {r['graph_speedup_vs_eager']}x "
-            f"| {r['graph_vs_floor']}x |"
+            f"| {r['what']} | {r['preset']} | {r['batch']} | {r.get('schedules', 'hand')} | {r['layers']} "
+            f"| {r['eager_us']} | {r['graph_us']} "
+            f"| {r['torch_eager_us']} | {r['weight_floor_us']} | {_fmt(r.get('bytes_floor_us'))} "
+            f"| {r['graph_speedup_vs_eager']}x | {r['graph_vs_floor']}x "
+            f"| {_fmt(r.get('graph_vs_bytes_floor'))}{'x' if 'graph_vs_bytes_floor' in r else ''} |"
         )
     return lines
 

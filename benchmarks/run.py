@@ -123,6 +123,8 @@ def bench_op(
     value_sets = [inputs(op, cfg, rng) for _ in range(sets)]
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
     row["tvm_us"] = time_kernel(kernel, value_sets)
+    if nbytes <= HOT_BYTES:  # inside a decode step a small op's inputs were just written: they sit in L2
+        row["tvm_hot_us"] = time_kernel(kernel, value_sets[:1])
     for label, other in (others or {}).items():
         row[f"{label}_us"] = time_kernel(other, value_sets)
         row[f"{label}_rel_err"] = rel_error(op, cfg, kernel, other, inputs(op, cfg, rng))
@@ -141,6 +143,9 @@ def bench_op(
             row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
     row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / PEAK_GBPS, 1)
     return row
+
+
+HOT_BYTES = 4 * 2**20  # ops moving at most this much are also timed L2-hot (`tvm_hot_us`)
 
 
 def empty_launch_us() -> float:

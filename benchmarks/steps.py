@@ -1,5 +1,7 @@
 """Per-step latency of the runtime executor on the GPU: one GDN layer, one attention layer and a preset's whole
-mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next to the weight-read floor.
+mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next to the weight-read floor and the
+floor of all the bytes a step must move (weights, plus recurrent and conv states read and written and the KV rows
+read, per lane: what dominates from a few lanes on).
 
 python -m benchmarks.steps [--presets qwen3.5-0.8b qwen3.5-4b] [--batches 1 32] [--out FILE]
 Also checks that decoding does not allocate: device memory in use before and after 1000 graph-replayed steps.
@@ -85,6 +87,17 @@ def _events(run, n: int = 20) -> float:
     return float(np.median(times))
 
 
+def state_bytes(stack: HybridStack, position: int) -> int:
+    """Per-lane state bytes a step moves, for every lane: GDN states read and written, K and V rows 0..position
+    read (the one row written is left out)."""
+    total = 0
+    for layer in stack.layers:
+        for state in layer.states:
+            per_slot = int(np.prod(state.shape[1:])) * 4
+            total += 2 * per_slot if layer.kind == "gdn" else per_slot * (position + 1) // stack.cfg.max_len
+    return total * stack.cfg.batch
+
+
 def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label: str) -> dict:
     dev = tvm.cuda(0)
     stack = HybridStack(cfg, kernels, dev, layer_types=types, seed=0)
@@ -100,11 +113,15 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
     torch_us = _events(lambda: ref.step(tx, tpos, tslots, STEP_MAX_LEN // 2 + 1))
     floor = weight_bytes / (PEAK_GBPS * 1e3)
+    moved = weight_bytes + state_bytes(stack, STEP_MAX_LEN // 2)
+    bytes_floor = moved / (PEAK_GBPS * 1e3)
     row = {
         "what": label, "preset": cfg.model.name, "batch": cfg.batch, "layers": len(types),
         "eager_us": round(eager, 2), "graph_us": round(graph, 2), "torch_eager_us": round(torch_us, 2),
         "weight_bytes": weight_bytes, "weight_floor_us": round(floor, 2),
+        "bytes_moved": moved, "bytes_floor_us": round(bytes_floor, 2),
         "graph_speedup_vs_eager": round(eager / graph, 2), "graph_vs_floor": round(graph / floor, 2),
+        "graph_vs_bytes_floor": round(graph / bytes_floor, 2),
     }  # fmt: skip
     if label == "stack":
         torch.cuda.synchronize()

@@ -11,7 +11,7 @@ from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
 
 from benchmarks import torch_ops
 from benchmarks.run import inputs, traffic
-from benchmarks.steps import TorchStack
+from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
@@ -47,6 +47,16 @@ def test_traffic_counts_touched_state_and_kv_rows():
     once = sum(sig[n].nbytes for n in ("q", "slots", "positions", "m", "l", "acc"))
     kv_rows = B * L * m.n_kv_heads * m.head_dim * 4  # every position of every lane, k and v
     assert traffic(OPS["decode_attention_split"], CFG) == once + 2 * kv_rows
+
+
+def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
+    cfg = CASES["0.8b-B1"].replace(batch=2, slots=3)
+    m = cfg.model
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    conv = m.conv_dim * (m.conv_kernel - 1) * 4
+    recurrent = m.n_v_heads * m.head_k_dim * m.head_v_dim * 4
+    kv_rows = 8 * m.n_kv_heads * m.head_dim * 4  # rows 0..7, k and v each
+    assert state_bytes(stack, position=7) == cfg.batch * (2 * (conv + recurrent) + 2 * kv_rows)
 
 
 def test_torch_step_matches_the_executor(rng):
