@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
 #   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps]
-# tests: the gpu-marked pytest suite; tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the
+# tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS, e.g. one file per GPU); tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the
 # start if set (the logs come back as a tarball, also after a stop; a later run resumes them); ops: the op benchmark
 # with the dlight column, and a tuned column for the shapes whose logs were committed and prebuilt; steps: the step
 # benchmark. Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
@@ -30,7 +30,12 @@ status=0
 for part in "${parts[@]}"; do
     case $part in
     setup) ;;  # the installs above alone
-    tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log" || status=1 ;;
+    tests*)  # "tests" = every gpu-marked test; "tests:ARGS" = pytest ARGS instead of the tests folder
+        args=${part#tests}
+        # shellcheck disable=SC2086
+        python3 -m pytest -q -m gpu -p no:cacheprovider ${args#:} $([ -n "${args#:}" ] || echo tests) 2>&1 |
+            tee -a "$out/gpu_tests.log" || status=1
+        ;;
     ops)
         python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --dlight \
             --out "$out/h200_ops.json" 2>&1 | tee "$out/bench_ops.log" || status=1
