@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
 #   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps]
-# tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS, e.g. one file per GPU); tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the
-# start if set (the logs come back as a tarball, also after a stop; a later run resumes them); ops: the op benchmark
-# with the dlight column, and a tuned column for the shapes whose logs were committed and prebuilt; steps: the step
-# benchmark. Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
+# tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS instead of the tests folder, e.g. one file per GPU);
+# tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the start if set (the logs come back as
+# a tarball, also after a stop; a later run resumes them); ops[:ARGS]: the op benchmark (ARGS: more of its
+# arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark.
+# Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
 # fla-core (a wheel in .device/, see README "GPU work") is installed for the delta-rule baseline when present;
 # .device/bench.tar.xz (`make bench-prebuild` here) holds prebuilt CUDA modules: then nothing compiles there.
 set -uo pipefail
@@ -36,9 +37,13 @@ for part in "${parts[@]}"; do
         python3 -m pytest -q -m gpu -p no:cacheprovider ${args#:} $([ -n "${args#:}" ] || echo tests) 2>&1 |
             tee -a "$out/gpu_tests.log" || status=1
         ;;
-    ops)
-        python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --dlight \
-            --out "$out/h200_ops.json" 2>&1 | tee "$out/bench_ops.log" || status=1
+    ops*)  # "ops" = every batch; "ops:ARGS" = more benchmarks.run arguments, e.g. "ops:--batches 32 256"
+        args=${part#ops}
+        dlight=(--dlight)
+        [ -d build/bench/dlight ] && dlight=(--dlight-library build/bench/dlight)
+        # shellcheck disable=SC2086
+        python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} "${dlight[@]}" ${args#:} \
+            --out "$out/h200_ops.json" 2>&1 | tee -a "$out/bench_ops.log" || status=1
         ;;
     steps) python3 -m benchmarks.steps ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --out "$out/h200_steps.json" 2>&1 | tee "$out/bench_steps.log" || status=1 ;;
     tune*)  # "tune" = the default preset; "tune:ARGS" = other shapes, e.g. "tune:--preset qwen3.5-4b --max-len 32768"

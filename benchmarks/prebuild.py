@@ -1,10 +1,10 @@
 """Prebuild the CUDA modules the GPU benchmarks load, on any machine with nvcc (no GPU needed).
 
 python -m benchmarks.prebuild [--out build/bench]
-One module per benchmark config under `<out>/hand/` (hand schedules only), and under `<out>/tuned/` for the
-configs whose every workload has a record in the tuning logs (strict). Carry the folder to the GPU machine and
-pass `--library <out>/hand` (and `--tuned <out>/tuned`) to `benchmarks.run` / `benchmarks.steps`: no compile
-time there.
+One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
+configs whose every workload has a record in the tuning logs (strict), and under `<out>/dlight/` the op
+benchmark's dlight baselines. Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned
+<out>/tuned`, `--dlight-library <out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as no_logs:
         for cfg, names in wanted.values():
             build(cfg, cuda(), no_logs, f"{args.out}/hand", allow_hand=True, names=names)
+    for batch in OP_BATCHES:
+        build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", dlight=True)
     for cfg, names in wanted.values():
         try:
             build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", names=names)

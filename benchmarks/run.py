@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import torch
+import tvm
 
 from benchmarks import torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
@@ -102,14 +103,15 @@ def rel_error(op: Op, cfg: DecodeConfig, kernel: Kernel, other: Kernel, values: 
     return max(float((b - a).abs().max() / a.abs().max().clamp_min(1e-30)) for a, b in zip(*results, strict=True))
 
 
-def tuned_kernels(root: str | None, cfg: DecodeConfig) -> dict[str, Kernel]:
-    """The tuned build of `cfg` under `root`, or none (said on stdout) when `root` has no build of that config."""
+def library_kernels(root: str | None, cfg: DecodeConfig) -> dict[str, Kernel]:
+    """The build of `cfg` under `root` (tuned, or dlight), or none (said on stdout) when `root` has no build of
+    that config."""
     if root is None:
         return {}
     try:
         return load(root, cfg, "cuda")
     except ManifestError as err:
-        print(f"no tuned column for {cfg.key}: {err}", flush=True)
+        print(f"no build of {cfg.key} under {root}: {err}", flush=True)
         return {}
 
 
@@ -165,8 +167,6 @@ def empty_launch_us() -> float:
 
 
 def tvm_module(func):
-    import tvm
-
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
 
 
@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
     p.add_argument("--tuned", help="build root of `make build --target cuda` from tuning logs: adds a tuned column")
     p.add_argument("--dlight", action="store_true", help="add TVM's dlight default schedules (where they apply)")
+    p.add_argument("--dlight-library", help="build root of prebuilt dlight modules (`benchmarks.prebuild`): --dlight")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     floor = empty_launch_us()
@@ -187,13 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
-        tuned = tuned_kernels(args.tuned, cfg)
+        tuned = library_kernels(args.tuned, cfg)
+        dlight = library_kernels(args.dlight_library, cfg)
         for name in args.ops:
             others = {"tuned": tuned[name]} if tuned else {}
-            if args.dlight:
+            if dlight:
+                if name in dlight:
+                    others["dlight"] = dlight[name]
+                else:
+                    print(f"{name}: dlight does not apply (not in the prebuilt dlight module)", flush=True)
+            elif args.dlight:
                 try:
                     others["dlight"] = compile_dlight(OPS[name], cfg, cuda())
-                except Exception as e:  # noqa: BLE001 - no dlight rule fits this op: the row says so
+                except (ValueError, tvm.s_tir.ScheduleError) as e:  # no dlight rule fits this op: the row says so
                     print(f"{name}: dlight does not apply ({type(e).__name__})", flush=True)
             row = bench_op(OPS[name], cfg, kernels[name], rng, others)
             results.add(row)

@@ -20,7 +20,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS, kernels_for, tuned_kernels
+from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels
 from benchmarks.timing import REPEATS
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.presets:
         for batch in args.batches:
             cfg = step_config(name, batch)
-            kernels = tuned_kernels(args.tuned, cfg)
+            kernels = library_kernels(args.tuned, cfg)
             schedules = "tuned" if kernels else "hand"
             kernels = kernels or kernels_for(cfg, kernel_names(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),

@@ -15,7 +15,7 @@ import tvm
 from conftest import check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
-from gdn_tvm.build.export import build, schedule_ops
+from gdn_tvm.build.export import build, dlight_ops, schedule_ops
 from gdn_tvm.build.library import export_library
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
@@ -115,6 +115,18 @@ def test_cuda_export_embeds_compiled_device_code(tmp_path):
     assert b"__global__" not in payload, "the library embeds CUDA source"
     fatbins, elves = payload.count(b"\x50\xed\x55\xba"), payload.count(b"\x7fELF")  # nvcc fatbin, nvrtc cubin
     assert fatbins >= 2 or elves >= 3, "no compiled device code in the library"
+
+
+def test_dlight_ops_leave_out_what_no_rule_schedules():
+    """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention and RoPE
+    (no rule fits) are left out rather than built unscheduled."""
+    scheduled = dlight_ops(CFG, cuda(), list(OPS))
+    names = {s.name for s in scheduled}
+    assert {s.source for s in scheduled} == {"dlight"}
+    assert names == {n for n in OPS if not n.startswith(("decode_attention", "partial_neox_rope"))} | {
+        "decode_attention_reduce"
+    }
+    assert all(s.func.attrs["tirx.is_scheduled"] for s in scheduled)
 
 
 @pytest.mark.skipif(tvm.runtime.enabled("cuda"), reason="TVM's CUDA runtime is loaded: device code compiles")

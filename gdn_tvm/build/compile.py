@@ -60,15 +60,23 @@ def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) ->
     return _kernel(op, cfg, compile_mod(op.schedule(cfg, target.kind.name, **knobs).mod, target), target)
 
 
-def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
-    """`op` scheduled by TVM's dlight default rules (the untuned baseline); raises where no rule applies
-    (ScheduleError from a rule, ValueError from `compile_mod` where every rule passed it by)."""
+def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tirx.PrimFunc:
+    """`op` scheduled by TVM's dlight default rules (the untuned baseline). Raises ScheduleError from a rule, or
+    ValueError where every rule passed the function by: dlight then leaves it unscheduled, and TVM would compile
+    it for the host."""
     from tvm.s_tir import dlight as dl
 
     rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
     with target:
-        mod = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))
-    return _kernel(op, cfg, compile_mod(mod, target), target)
+        func = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))["main"]
+    if not (func.attrs and func.attrs.get("tirx.is_scheduled")):
+        raise ValueError(f"{op.name}: no dlight rule applies")
+    return func
+
+
+def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
+    """`op` with its dlight schedule (`dlight_schedule`), compiled and wrapped as a checked `Kernel`."""
+    return _kernel(op, cfg, compile_mod(tvm.IRModule({"main": dlight_schedule(op, cfg, target)}), target), target)
 
 
 def _kernel(op: Op, cfg: DecodeConfig, ex: tvm.runtime.Executable, target: tvm.target.Target) -> Kernel:

@@ -2,7 +2,9 @@
 library, and write `manifest.json` beside it (`<out>/<preset>-<target>-b<batch>/`).
 
 A workload without a record is an error naming it, unless `allow_hand`: then its hand schedule is built, and
-the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule.
+the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule. `dlight=True`
+builds TVM's dlight default schedules instead (the benchmarks' untuned baseline), leaving out the ops no dlight
+rule fits.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import tvm
 from tvm import tirx
 
 from gdn_tvm.build import cuda_stub
+from gdn_tvm.build.compile import dlight_schedule
 from gdn_tvm.build.library import cuda_compile_mode, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, get
@@ -60,6 +63,19 @@ def schedule_ops(
     return [dataclasses.replace(done[get(name).workload_key(cfg, kind)], name=name) for name in names]
 
 
+def dlight_ops(cfg: DecodeConfig, target: tvm.target.Target, names: Sequence[str]) -> list[Scheduled]:
+    """The ops of `names` that a dlight rule schedules, each with its dlight schedule."""
+    scheduled = []
+    for name in names:
+        op = get(name)
+        try:
+            func = dlight_schedule(op, cfg, target)
+        except (ValueError, tvm.s_tir.ScheduleError):
+            continue
+        scheduled.append(Scheduled(name, op.workload_key(cfg, target.kind.name), func, "dlight", None, None))
+    return scheduled
+
+
 def _schedule(w: Workload, logs: str | Path, allow_hand: bool, missing: list[str]) -> Scheduled | None:
     """`w` scheduled by its record, else (appending to `missing`) by hand with `allow_hand`, else None."""
     try:
@@ -80,10 +96,11 @@ def build(
     allow_hand: bool = False,
     names: Sequence[str] = tuple(OPS),
     echo: Callable[[str], None] = print,
+    dlight: bool = False,
 ) -> Path:
-    """Build and export every op of `names`; returns the manifest's path."""
+    """Build and export every op of `names` (with `dlight`: those dlight schedules); returns the manifest's path."""
     kind = target.kind.name
-    scheduled = schedule_ops(cfg, kind, logs, names, allow_hand)
+    scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
     folder = Path(out) / artifact_name(cfg, kind)
     folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{folder.name}.so"
@@ -118,5 +135,7 @@ def build(
     path = folder / MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     fallback = f" ({', '.join(hand)})" if hand else ""
-    echo(f"{library}: {len(scheduled)} ops, {len(scheduled) - len(hand)} tuned, {len(hand)} hand{fallback}")
+    counts = {k: sum(s.source == k for s in scheduled) for k in ("tuned", "hand", "dlight")}
+    sources = ", ".join(f"{n} {k}" for k, n in counts.items() if n or k != "dlight")
+    echo(f"{library}: {len(scheduled)} ops, {sources}{fallback}")
     return path
