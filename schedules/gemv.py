@@ -11,7 +11,7 @@ from gdn_tvm.config import DecodeConfig
 SMS = 132  # H200 streaming multiprocessors
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "unroll": (4, 8)}
+KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8, batch_tile: int = 4) -> None:
@@ -41,16 +41,20 @@ def cuda(
     batch_tile: int = 16,
     smem_bytes: int = 24576,
     unroll: int = 8,
+    rows_per_thread: int | None = None,
 ) -> None:
     """One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
 
     Threads read w with `vector`-wide (float4) coalesced loads along K, `unroll` loads in flight; every w
     element read serves the B tile's lanes of x, staged in shared memory in K chunks of <= `smem_bytes`.
+    A thread owns `rows_per_thread` of its CTA's rows: each x vector it reads from shared memory then serves
+    that many rows (with many lanes, shared-memory reads of x, not w, bound a one-row thread).
     Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
-    <= `batch_tile` lanes (fewer where the smem chunk would not hold them).
+    <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on.
     """
-    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes)
-    rows, threads_per_row, b_tile, k_chunk = layout
+    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread)
+    rows, threads_per_row, b_tile, k_chunk, per_thread = layout
+    row_threads = rows // per_thread
     b_tiles = math.ceil(cfg.batch / b_tile)
 
     blk = sch.get_sblock("gemv")
@@ -59,27 +63,27 @@ def cuda(
     rf = sch.rfactor(kt, factor_axis=0)
     b, n, ko, kt, kv = sch.get_loops(rf)
     bo, bi = sch.split(b, factors=[b_tiles, b_tile])
-    no, ni = sch.split(n, factors=[None, rows])
+    no, ny, nt = sch.split(n, factors=[None, row_threads, per_thread])
     kc, ki = sch.split(ko, factors=[None, k_chunk])
-    sch.reorder(no, bo, ni, kt, kc, ki, bi, kv)
+    sch.reorder(no, bo, ny, kt, kc, ki, bi, nt, kv)
     sch.bind(sch.fuse(no, bo), "blockIdx.x")  # B tiles of the same rows are neighbours: w reuse in L2
-    sch.bind(ni, "threadIdx.y")
+    sch.bind(ny, "threadIdx.y")
     sch.bind(kt, "threadIdx.x")
 
-    sch.reverse_compute_at(blk, ni, preserve_unit_loops=True)
+    sch.reverse_compute_at(blk, ny, preserve_unit_loops=True)
     kr, br, nr = sch.get_loops(blk)[2:]
     sch.reorder(br, nr, kr)
     sch.bind(kr, "threadIdx.x")  # cross-thread allreduce: warp shuffles (+ smem across warps)
     sch.set_scope(rf, 0, "local")
 
     w_loc = sch.cache_read(rf, 1, "local")
-    sch.compute_at(w_loc, ki)
+    sch.compute_at(w_loc, ki)  # the thread's rows x one vector of K, loaded before the lanes use them
     sch.vectorize(sch.get_loops(w_loc)[-1])
     if rows > 1:  # x is shared by the CTA's rows: stage the chunk once (with one row, each x is read once)
         x_sh = sch.cache_read(rf, 0, "shared")
         sch.compute_at(x_sh, kc)
         fused = sch.fuse(*sch.get_loops(x_sh)[4:])
-        _, ty, tx, v = sch.split(fused, factors=[None, rows, threads_per_row, vector])
+        _, ty, tx, v = sch.split(fused, factors=[None, row_threads, threads_per_row, vector])
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
         sch.vectorize(v)
@@ -100,28 +104,34 @@ def cuda_layout(
     vector: int = 4,
     batch_tile: int = 16,
     smem_bytes: int = 24576,
-) -> tuple[int, int, int, int]:
-    """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk)` of the CUDA schedule.
+    rows_per_thread: int | None = None,
+) -> tuple[int, int, int, int, int]:
+    """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule.
 
-    The grid is `N / rows * ceil(B / lanes)` CTAs of `rows * threads_per_row` threads; one K step is
-    `threads_per_row * vector` columns.
+    The grid is `N / rows * ceil(B / lanes)` CTAs of `rows / rows_per_thread * threads_per_row` threads; one K
+    step is `threads_per_row * vector` columns.
     """
+    if rows_per_thread is None:
+        rows_per_thread = 4 if cfg.batch >= 8 else 1
     n_rows, n_cols = cfg.model.projections[proj]
     b_tiles = math.ceil(cfg.batch / batch_tile)
     if rows is None:
-        rows = 1
-        while rows < 8 and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
+        rows = rows_per_thread
+        while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
             rows *= 2
+    if rows % rows_per_thread or n_rows % rows:
+        raise ValueError(f"{proj}: {rows} rows a CTA do not split into {rows_per_thread} a thread or divide {n_rows}")
     if threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
-        threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) // rows
+        threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) * rows_per_thread // rows
         while threads_per_row > 32 and (n_cols // vector) % threads_per_row:
             threads_per_row //= 2
     k_steps = math.ceil(n_cols / (threads_per_row * vector))
     if rows == 1:  # x goes straight to registers: no smem chunk
-        return rows, threads_per_row, _lane_tile(cfg.batch, batch_tile), k_steps
+        return rows, threads_per_row, _lane_tile(cfg.batch, batch_tile), k_steps, rows_per_thread
     step_bytes = threads_per_row * vector * 4  # x bytes one lane consumes per K step
     b_tile = _lane_tile(cfg.batch, max(1, min(batch_tile, smem_bytes // step_bytes)))
-    return rows, threads_per_row, b_tile, _divisor_at_most(k_steps, smem_bytes // (b_tile * step_bytes))
+    k_chunk = _divisor_at_most(k_steps, smem_bytes // (b_tile * step_bytes))
+    return rows, threads_per_row, b_tile, k_chunk, rows_per_thread
 
 
 def _divisor_at_most(n: int, cap: int) -> int:
