@@ -135,14 +135,15 @@ def test_foreign_log_is_an_error_naming_the_file(tmp_path):
 
 
 def test_knob_grid_designs_and_rejections(monkeypatch):
-    """The grid adds one hand design per combination; combinations the schedule rejects are counted."""
+    """The grid adds one hand design per distinct combination; combinations the schedule rejects, or that give
+    the defaults' program again, are counted."""
     w = workload(OPS["sigmoid_gate"], CFG, "cuda")
     monkeypatch.setitem(w.op.knobs, "cuda", {})
     assert knob_grid(w) == [{}]  # no grid: the defaults only
-    monkeypatch.setitem(w.op.knobs, "cuda", {"threads": (64, 0), "vector": (2, 4)})
-    assert len(knob_grid(w)) == 5
-    designs, rejected = hand_designs(w, tvm.s_tir.Schedule(w.mod))
-    assert (len(designs), rejected) == (3, 2)  # threads=0 cannot split
+    monkeypatch.setitem(w.op.knobs, "cuda", {"threads": (64, 0, 128), "vector": (2, 4)})
+    assert len(knob_grid(w)) == 7
+    designs, dropped = hand_designs(w, tvm.s_tir.Schedule(w.mod))
+    assert (len(designs), dropped) == (4, 3)  # threads=0 cannot split; 128 x 4 are the defaults
 
 
 def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():

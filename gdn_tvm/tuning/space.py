@@ -2,9 +2,9 @@
 
 A schedule module may export `KNOBS` (for its `cuda` function) and `LLVM_KNOBS` (for `llvm`): dicts of knob
 name -> tuple of values. Every combination of the grid, plus the defaults, is one hand design; combinations the
-hand schedule rejects for this shape are dropped and counted. The grids are small (at most a few dozen), so the
-driver measures every design directly rather than sampling them; the evolutionary search over `PostOrderApply`
-then starts from the best of them.
+hand schedule rejects for this shape, or that repeat an earlier design, are dropped and counted. The grids are
+small (at most a few dozen), so the driver measures every design directly rather than sampling them; the
+evolutionary search over `PostOrderApply` then starts from the best of them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
@@ -40,17 +41,24 @@ def apply_hand(w: Workload, sch: s_tir.Schedule, **knobs) -> None:
 
 
 def hand_designs(w: Workload, sch: s_tir.Schedule) -> tuple[list[s_tir.Schedule], int]:
-    """One schedule per knob combination applied to copies of `sch`, and how many combinations were rejected."""
-    designs, rejected = [], 0
+    """One schedule per knob combination applied to copies of `sch`, and how many combinations were dropped:
+    rejected by the schedule, or giving the same program as an earlier one (a knob another stage ignores, as the
+    split-KV reduce ignores `warps`, or one clamped to the shape)."""
+    designs, seen, dropped = [], set(), 0
     for knobs in knob_grid(w):
         design = sch.copy()
         try:
             apply_hand(w, design, **knobs)
         except REJECTED:
-            rejected += 1
+            dropped += 1
             continue
+        program = tvm_ffi.structural_hash(design.mod)
+        if program in seen:
+            dropped += 1
+            continue
+        seen.add(program)
         designs.append(design)
-    return designs, rejected
+    return designs, dropped
 
 
 def hand_schedule(w: Workload) -> s_tir.Schedule:
