@@ -68,6 +68,19 @@ def steps_table(data: dict) -> list[str]:
             f"| {r['graph_speedup_vs_eager']}x | {r['graph_vs_floor']}x "
             f"| {_fmt(r.get('graph_vs_bytes_floor'))}{'x' if 'graph_vs_bytes_floor' in r else ''} |"
         )
+    return lines + breakdown_table(data)
+
+
+def breakdown_table(data: dict) -> list[str]:
+    """Per-kernel microseconds of each layer row that has them (each kernel graph-replayed alone)."""
+    rows = [r for r in data["rows"] if r.get("kernels")]
+    if not rows:
+        return []
+    lines = ["", "Each launch of a layer's plan timed alone (graph-replayed, L2-hot), microseconds:", ""]
+    for r in rows:
+        total = sum(k["us"] for k in r["kernels"])
+        lines.append(f"- {r['what']}, {r['preset']}, B={r['batch']} (sum {total:.1f} us, graph {r['graph_us']} us): "
+                     + ", ".join(f"{k['kernel']} {k['us']}" for k in r["kernels"]))  # fmt: skip
     return lines
 
 

@@ -1,7 +1,7 @@
 """Per-step latency of the runtime executor on the GPU: one GDN layer, one attention layer and a preset's whole
 mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next to the weight-read floor and the
 floor of all the bytes a step must move (weights, plus recurrent and conv states read and written and the KV rows
-read, per lane: what dominates from a few lanes on).
+read, per lane: what dominates from a few lanes on). Layer rows also time each launch of the plan alone.
 
 python -m benchmarks.steps [--presets qwen3.5-0.8b qwen3.5-4b] [--batches 1 32] [--out FILE]
 Also checks that decoding does not allocate: device memory in use before and after 1000 graph-replayed steps.
@@ -21,7 +21,7 @@ from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
 from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels
-from benchmarks.timing import REPEATS
+from benchmarks.timing import REPEATS, time_graph
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
@@ -98,6 +98,16 @@ def state_bytes(stack: HybridStack, position: int) -> int:
     return total * stack.cfg.batch
 
 
+def kernel_breakdown(stack: HybridStack) -> list[dict]:
+    """Every launch of the step's plan timed alone, graph-replayed on the step's own buffers (L2-hot, as inside
+    the step): where a layer's time goes."""
+    rows = []
+    for layer in stack.layers:
+        for name, (func, args) in zip(layer.launched, layer.plan, strict=True):
+            rows.append({"kernel": name, "us": round(time_graph(lambda _, f=func, a=args: f(*a), 1), 2)})
+    return rows
+
+
 def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label: str) -> dict:
     dev = tvm.cuda(0)
     stack = HybridStack(cfg, kernels, dev, layer_types=types, seed=0)
@@ -123,7 +133,9 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
         "graph_speedup_vs_eager": round(eager / graph, 2), "graph_vs_floor": round(graph / floor, 2),
         "graph_vs_bytes_floor": round(graph / bytes_floor, 2),
     }  # fmt: skip
-    if label == "stack":
+    if label != "stack":
+        row["kernels"] = kernel_breakdown(stack)
+    else:
         torch.cuda.synchronize()
         free0 = torch.cuda.mem_get_info()[0]
         for t in range(1000):

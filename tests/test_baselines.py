@@ -9,7 +9,7 @@ import torch
 import tvm
 from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
 
-from benchmarks import torch_ops
+from benchmarks import steps, torch_ops
 from benchmarks.run import inputs, traffic
 from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.build.compile import build_kernels
@@ -57,6 +57,25 @@ def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
     recurrent = m.n_v_heads * m.head_k_dim * m.head_v_dim * 4
     kv_rows = 8 * m.n_kv_heads * m.head_dim * 4  # rows 0..7, k and v each
     assert state_bytes(stack, position=7) == cfg.batch * (2 * (conv + recurrent) + 2 * kv_rows)
+
+
+def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
+    """(The timer is faked here: no GPU.) One row per launch, in plan order, each timing that launch's call."""
+    cfg = CASES["0.8b-B1"]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    stack.write_inputs(np.zeros((1, cfg.model.hidden), np.float32), [0], [-1])  # every lane skipped: no state change
+    calls = []
+
+    def fake_time_graph(fn, sets):
+        calls.append(sets)
+        fn(0)
+        return float(len(calls))
+
+    monkeypatch.setattr(steps, "time_graph", fake_time_graph)
+    rows = steps.kernel_breakdown(stack)
+    assert [r["kernel"] for r in rows] == [n for layer in stack.layers for n in layer.launched]
+    assert [r["us"] for r in rows] == list(range(1, len(rows) + 1)) and calls == [1] * len(rows)
+    assert "delta_rule" in {r["kernel"] for r in rows} and "decode_attention_reduce" in {r["kernel"] for r in rows}
 
 
 def test_torch_step_matches_the_executor(rng):
