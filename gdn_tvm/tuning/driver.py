@@ -150,7 +150,7 @@ class _Tuner:
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
         runner = self.runner
         runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
-        designs, rejected = hand_designs(w, s_tir.Schedule(w.mod))
+        designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))
         grid = designs[1:]  # [0] is the default: the hand schedule
         searched = prior - 1 - len(grid)
         fresh = self.trials and searched < 0  # a fresh run, or one cut inside the grid: measure the grid too
@@ -165,7 +165,7 @@ class _Tuner:
             len(db) - 1,  # every candidate measured, without this run's hand record
             records.mean_us(records.best(db, w)),
             sum(hand_secs) / len(hand_secs) * 1e6,
-            f"{len(designs)}/{len(designs) + rejected}",
+            f"{len(designs)}/{len(designs) + dropped}",
             note,
         )
         summary = {
