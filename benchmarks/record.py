@@ -19,6 +19,11 @@ def commit() -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
+def portable_arg(arg: str) -> str:
+    """A command-line argument as the JSON records it: absolute paths (the GPU machine's output folder) by name."""
+    return Path(arg).name if Path(arg).is_absolute() else arg
+
+
 class Results:
     """`Results(path, module, argv, **header)`; `add(row)` appends and rewrites; `finish()` marks it complete."""
 
@@ -30,7 +35,7 @@ class Results:
         self.data = {
             "gpu": torch.cuda.get_device_name(),
             "commit": commit(),
-            "command": f"python -m {module} " + " ".join(args),
+            "command": f"python -m {module} " + " ".join(portable_arg(a) for a in args),
             **header,
             "complete": False,
             "rows": [],

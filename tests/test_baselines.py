@@ -10,6 +10,7 @@ import tvm
 from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
 
 from benchmarks import steps, torch_ops
+from benchmarks.record import portable_arg
 from benchmarks.run import inputs, traffic
 from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.build.compile import build_kernels
@@ -88,3 +89,15 @@ def test_torch_step_matches_the_executor(rng):
         out = stack.step(x, [t], slots).numpy()
         expect = ref.step(torch.from_numpy(x), torch.tensor([t]), torch.from_numpy(slots), t + 1).numpy()
         assert_close(out, expect, TOL_LAYER, f"step {t}")
+
+
+def test_recorded_commands_name_output_files_without_machine_paths():
+    args = ["--batches", "32", "--out", "/some/machine/out/g1/h200_ops.json", "--library", "build/bench/hand"]
+    assert [portable_arg(a) for a in args] == [
+        "--batches",
+        "32",
+        "--out",
+        "h200_ops.json",
+        "--library",
+        "build/bench/hand",
+    ]
