@@ -27,7 +27,7 @@ from gdn_tvm.registry import get
 from gdn_tvm.signature import DEVICE_NAMES
 from gdn_tvm.target import device_of
 from gdn_tvm.tuning import measure, records
-from gdn_tvm.tuning.space import design_space, first_line, hand_designs, hand_schedule
+from gdn_tvm.tuning.space import design_space, first_line, hand_designs
 from gdn_tvm.tuning.workload import Workload, workload
 
 
@@ -148,16 +148,14 @@ class _Tuner:
         scratch.mkdir(parents=True, exist_ok=True)
         db = records.open_db(scratch, w.kind, create=True)
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
-        runner = self.runner
-        runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
-        designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))
-        grid = designs[1:]  # [0] is the default: the hand schedule
-        searched = prior - 1 - len(grid)
+        self.runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
+        designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))  # [0]: the defaults, i.e. the hand schedule
+        searched = prior - len(designs)
         fresh = self.trials and searched < 0  # a fresh run, or one cut inside the grid: measure the grid too
-        hand_secs, *_ = self._measure(w, [hand_schedule(w)] + (grid if fresh else []), db, runner)
+        hand_secs, *_ = self._measure(w, designs if fresh else designs[:1], db)
         if isinstance(hand_secs, str):
             raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
-        note = self._search(w, db, runner, self.trials - max(searched, 0), str(scratch)) if self.trials else ""
+        note = self._search(w, db, self.trials - max(searched, 0), str(scratch)) if self.trials else ""
         result = Result(
             w.key,
             ops,
@@ -181,26 +179,26 @@ class _Tuner:
         shutil.rmtree(scratch)
         return result
 
-    def _search(self, w: Workload, db, runner, trials: int, work_dir: str) -> str:
+    def _search(self, w: Workload, db, trials: int, work_dir: str) -> str:
         """MetaSchedule over what it can search, `trials` candidates; returns a note on what was left out. A
         search that fails outright keeps what was measured (at least the hand designs) and says why."""
         space = design_space(w, self.target)
         if space.generator is None or trials <= 0:
             return space.note
         try:
-            self._tune_tir(w, space.generator, db, runner, trials, work_dir)
+            self._tune_tir(w, space.generator, db, trials, work_dir)
         except RuntimeError as err:
             return "; ".join(filter(None, [space.note, f"the search failed ({first_line(err)})"]))
         return space.note
 
-    def _measure(self, w: Workload, schedules: list[s_tir.Schedule], db, runner) -> list[list[float] | str]:
+    def _measure(self, w: Workload, schedules: list[s_tir.Schedule], db) -> list[list[float] | str]:
         """Build and run schedules with MetaSchedule's builder and runner and commit a record for each that
         runs; per schedule its run seconds or its error message."""
         built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for sch in schedules])
         device = DEVICE_NAMES[device_of(self.target).dlpack_device_type()]
         args_info = ms.arg_info.ArgInfo.from_prim_func(w.mod["main"])
         ok = [i for i, b in enumerate(built) if not b.error_msg]
-        futures = runner.run([ms.runner.RunnerInput(built[i].artifact_path, device, args_info) for i in ok])
+        futures = self.runner.run([ms.runner.RunnerInput(built[i].artifact_path, device, args_info) for i in ok])
         out: list[list[float] | str] = [b.error_msg for b in built]
         for i, future in zip(ok, futures, strict=True):
             shutil.rmtree(Path(built[i].artifact_path).parent, ignore_errors=True)
@@ -215,7 +213,7 @@ class _Tuner:
             db.commit_tuning_record(record)
         return out
 
-    def _tune_tir(self, w: Workload, space, db, runner, trials: int, work_dir: str) -> None:
+    def _tune_tir(self, w: Workload, space, db, trials: int, work_dir: str) -> None:
         """`tune_tir` on the scratch database; MetaSchedule's own logs go to `work_dir/logs`."""
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # not on the console
         population = self.budget.population
@@ -230,7 +228,7 @@ class _Tuner:
                 population_size=population, init_min_unmeasured=population // 4
             ),
             builder=self.builder,
-            runner=runner,
+            runner=self.runner,
             database=db,
             cost_model="xgb",
             task_scheduler="round-robin",

@@ -1,10 +1,10 @@
 """How candidates are built and measured: a builder whose worker processes live through a tuning session, and
 the functions its workers and MetaSchedule's runner worker call (pickled by reference: keep imports light).
 
-`build` compiles a candidate like `make build` does: inside the target's scope, so the CUDA compile uses the
-target's arch (sm_90) rather than the local GPU's, and without no-alias for in-place ops. `alloc_arguments`
-fills buffers like MetaSchedule's default (random values for measurement) except index buffers, which get
-valid slots and positions: random integers would index outside the state pools and KV caches.
+`build_and_export` compiles a candidate like `make build` does: inside the target's scope, so the CUDA compile
+uses the target's arch (sm_90) rather than the local GPU's, and without no-alias for in-place ops.
+`alloc_arguments` fills buffers like MetaSchedule's default (random values for measurement) except index buffers,
+which get valid slots and positions: random integers would index outside the state pools and KV caches.
 """
 
 from __future__ import annotations
@@ -53,13 +53,9 @@ class PoolBuilder(PyBuilder):
 
 
 def build_and_export(mod: tvm.IRModule, target: tvm.target.Target) -> str:
-    """A builder worker's job: `build`, then export for the runner; returns the artifact's path."""
-    return default_export(build(mod, target, None))
-
-
-def build(mod: tvm.IRModule, target: tvm.target.Target, _params: dict | None) -> tvm.runtime.Module:
-    """A candidate compiled as `make build` compiles (target scope, in-place pipeline)."""
-    return compile_mod(mod, target).mod
+    """A builder worker's job: the candidate compiled as `make build` compiles (target scope, in-place pipeline),
+    then exported for the runner; returns the artifact's path."""
+    return default_export(compile_mod(mod, target).mod)
 
 
 GRAPH_LAUNCHES = 24  # launches per captured graph, rotating over the argument sets
