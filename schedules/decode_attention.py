@@ -165,25 +165,53 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
 
 
 def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int, unroll: int) -> None:
-    """One CTA per (lane, head); every thread computes the max and the denominator over the valid splits
-    itself (a few scalars, no synchronisation) and owns `vector`-wide pieces of D for the numerator.
-    Each loop over the (runtime count of) splits is unrolled by `unroll`, predicated, so that many loads of
-    m, l and acc are in flight at once instead of one per iteration."""
+    """One CTA per (lane, head): threadIdx.y is the split group, threadIdx.x owns `vector`-wide pieces of D.
+
+    Each thread computes its group's max and denominator itself (a few scalars; every thread of the group writes
+    the same value to shared memory) and accumulates its pieces of the group's numerator in registers over the
+    group's splits, `unroll` splits per unrolled step, so groups x unroll loads are in flight per element. After a
+    barrier each thread merges the groups: max and denominator per thread, numerator and output on the threads of
+    group 0 (one vector each)."""
     sch.bind(sch.fuse(*sch.get_loops(sch.get_sblock("reduce"))[:-1]), "blockIdx.x")
+    for name in ("part_max", "part_den"):
+        blk = sch.get_sblock(name)
+        g, i = sch.get_loops(blk)[-2:]
+        sch.bind(g, "threadIdx.y")
+        io, ii = sch.split(i, factors=[None, unroll])
+        sch.unroll(ii)
+        write_back = sch.cache_write(blk, 0, "local")  # a register over the loop, then one shared store
+        sch.set_scope(write_back, 0, "shared")
+        sch.reverse_compute_at(write_back, g)
+        sch.decompose_reduction(blk, io)
+
+    blk = sch.get_sblock("part_num")
+    g, d, i = sch.get_loops(blk)[-3:]
+    groups = int(sch.get(g).extent)
+    sch.bind(g, "threadIdx.y")
+    dl, tx, v = sch.split(d, factors=[None, threads, vector])
+    io, ii = sch.split(i, factors=[None, unroll])
+    sch.reorder(tx, dl, io, ii, v)
+    sch.bind(tx, "threadIdx.x")
+    sch.unroll(ii)
+    sch.vectorize(v)
+    write_back = sch.cache_write(blk, 0, "local")  # registers; the write-back fills the shared pnum
+    sch.set_scope(write_back, 0, "shared")
+    sch.reverse_compute_at(write_back, tx)
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    sch.decompose_reduction(blk, io)
+
+    for name in ("max", "den"):
+        sch.set_scope(sch.get_sblock(name), 0, "local")
     b_norm = sch.get_sblock("normalize")
-    _, tx, v = sch.split(sch.get_loops(b_norm)[-1], factors=[None, threads, vector])
+    _, ty, tx, v = sch.split(sch.get_loops(b_norm)[-1], factors=[None, groups, threads, vector])  # predicated
+    sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(v)
     b_num = sch.get_sblock("num")
     sch.compute_at(b_num, tx)
     sch.set_scope(b_num, 0, "local")
-    sch.reorder(*sch.get_loops(b_num)[-2:][::-1])
+    sch.reorder(*sch.get_loops(b_num)[-2:][::-1])  # groups outer, the vector inner
     sch.vectorize(sch.get_loops(b_num)[-1])
-    for name in ("den", "max"):
-        sch.set_scope(sch.get_sblock(name), 0, "local")
-    for name, j in (("max", -1), ("den", -1), ("num", -2)):
-        _, inner = sch.split(sch.get_loops(sch.get_sblock(name))[j], factors=[None, unroll])
-        sch.unroll(inner)
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool, vector: int = 8) -> None:

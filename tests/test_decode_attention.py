@@ -14,7 +14,8 @@ from gdn_tvm.reference.decode_attention import decode_attention, decode_attentio
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
 
-# 12 splits: the reduce merges one to twelve of them, and reads none past a lane's last.
+# 12 splits: more than the reduce's 8 split groups, so some groups merge several splits and, at short lengths,
+# some are empty.
 CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=96, split_len=8)
 SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, CFG.max_len]
 
