@@ -22,7 +22,7 @@ from gdn_tvm.build.compile import compile_dlight, compile_op
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
-from gdn_tvm.runtime.module import ManifestError, load
+from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda
 
@@ -103,16 +103,32 @@ def rel_error(op: Op, cfg: DecodeConfig, kernel: Kernel, other: Kernel, values: 
     return max(float((b - a).abs().max() / a.abs().max().clamp_min(1e-30)) for a, b in zip(*results, strict=True))
 
 
-def library_kernels(root: str | None, cfg: DecodeConfig) -> dict[str, Kernel]:
+def library_kernels(root: str | None, cfg: DecodeConfig, schedule: str | None = None) -> dict[str, Kernel]:
     """The build of `cfg` under `root` (tuned, or dlight), or none (said on stdout) when `root` has no build of
-    that config."""
+    that config; with `schedule`, only the functions whose manifest names that schedule source (a tuned build
+    fills workloads without a record with the hand schedule: those get no tuned column)."""
     if root is None:
         return {}
     try:
-        return load(root, cfg, "cuda")
+        kernels = load(root, cfg, "cuda")
     except ManifestError as err:
         print(f"no build of {cfg.key} under {root}: {err}", flush=True)
         return {}
+    if schedule is None:
+        return kernels
+    functions = read_manifest(root, cfg, "cuda")[1]["functions"]
+    other = sorted(n for n in kernels if functions[n]["schedule"] != schedule)
+    if other:
+        print(f"{cfg.key} under {root}: not {schedule}: {', '.join(other)}", flush=True)
+    return {n: k for n, k in kernels.items() if n not in other}
+
+
+def schedule_summary(root: str, cfg: DecodeConfig) -> str:
+    """Where the functions of `cfg`'s build under `root` got their schedules: "tuned", or "tuned N/M (hand: ...)"."""
+    functions = read_manifest(root, cfg, "cuda")[1]["functions"]
+    hand = sorted(n for n, f in functions.items() if f["schedule"] != "tuned")
+    tuned = len(functions) - len(hand)
+    return "tuned" if not hand else f"tuned {tuned}/{len(functions)} (hand: {', '.join(hand)})"
 
 
 def bench_op(
@@ -188,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
-        tuned = library_kernels(args.tuned, cfg)
+        tuned = library_kernels(args.tuned, cfg, "tuned")
         dlight = library_kernels(args.dlight_library, cfg)
         for name in args.ops:
-            others = {"tuned": tuned[name]} if tuned else {}
+            others = {"tuned": tuned[name]} if name in tuned else {}
             if dlight:
                 if name in dlight:
                     others["dlight"] = dlight[name]

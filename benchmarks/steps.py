@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         for batch in args.batches:
             cfg = step_config(name, batch)
             kernels = library_kernels(args.tuned, cfg)
-            schedules = "tuned" if kernels else "hand"
+            schedules = schedule_summary(args.tuned, cfg) if kernels else "hand"
             kernels = kernels or kernels_for(cfg, kernel_names(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip

@@ -187,7 +187,7 @@ class _Tuner:
             return space.note
         try:
             self._tune_tir(w, space.generator, db, trials, work_dir)
-        except RuntimeError as err:
+        except (RuntimeError, ValueError) as err:  # TVM check failures surface as either
             return "; ".join(filter(None, [space.note, f"the search failed ({first_line(err)})"]))
         return space.note
 
