@@ -9,7 +9,7 @@ import pytest
 import tvm
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_dlight, compile_mod
+from gdn_tvm.build.compile import compile_dlight, compile_mod, dlight_schedule, host_loops
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
@@ -42,6 +42,20 @@ def test_cuda_ptx_sm90(name):
     with cuda():
         ptx = nvcc.compile_cuda(src, target_format="ptx", compiler="nvcc")
     assert b".target sm_90" in ptx
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_hand_schedule_leaves_no_loop_on_the_host(name):
+    cfg = CUDA_CASES["0.8b-B32"]
+    assert host_loops(OPS[name].schedule(cfg, "cuda").mod["main"].body) == []
+
+
+def test_dlight_refuses_loops_left_on_the_host():
+    """dlight's fallback schedules the split-KV reduce's nested blocks one by one and leaves the (lane, head) loops
+    around them serial; they read positions from device memory, so on the host they segfaulted the H200 op
+    benchmark."""
+    with pytest.raises(ValueError, match="leaves loops b on the host"):
+        dlight_schedule(OPS["decode_attention_reduce"], CUDA_CASES["0.8b-B32"], cuda())
 
 
 @pytest.mark.parametrize("name", list(OPS))

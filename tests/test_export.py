@@ -119,13 +119,11 @@ def test_cuda_export_embeds_compiled_device_code(tmp_path):
 
 def test_dlight_ops_leave_out_what_no_rule_schedules():
     """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention and RoPE
-    (no rule fits) are left out rather than built unscheduled."""
+    (no rule fits, or the fit leaves loops on the host) are left out rather than built unscheduled."""
     scheduled = dlight_ops(CFG, cuda(), list(OPS))
     names = {s.name for s in scheduled}
     assert {s.source for s in scheduled} == {"dlight"}
-    assert names == {n for n in OPS if not n.startswith(("decode_attention", "partial_neox_rope"))} | {
-        "decode_attention_reduce"
-    }
+    assert names == {n for n in OPS if not n.startswith(("decode_attention", "partial_neox_rope"))}
     assert all(s.func.attrs["tirx.is_scheduled"] for s in scheduled)
 
 

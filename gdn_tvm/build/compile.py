@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.pipeline import default_s_tir_pipeline
 
 from gdn_tvm.config import DecodeConfig
@@ -71,7 +71,23 @@ def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tir
         func = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))["main"]
     if not (func.attrs and func.attrs.get("tirx.is_scheduled")):
         raise ValueError(f"{op.name}: no dlight rule applies")
+    host = host_loops(func.body)
+    if host:
+        raise ValueError(f"{op.name}: dlight leaves loops {', '.join(host)} on the host (they read device memory)")
     return func
+
+
+def host_loops(stmt: tirx.Stmt) -> list[str]:
+    """The outermost loops of a scheduled body that no thread binds: for CUDA they would run on the host. dlight's
+    fallback schedules the blocks nested in a per-(lane, head) block one by one and leaves the loops around them
+    (which read positions from device memory) serial."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return [name for s in stmt.seq for name in host_loops(s)]
+    if isinstance(stmt, s_tir.stmt.SBlockRealize):
+        return host_loops(stmt.block.body)
+    if isinstance(stmt, tirx.For):
+        return [] if stmt.kind == tirx.ForKind.THREAD_BINDING else [stmt.loop_var.name]
+    return host_loops(stmt.body) if isinstance(stmt, tirx.DeclBuffer | tirx.AllocBuffer | tirx.AttrStmt) else []
 
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
