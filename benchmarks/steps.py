@@ -20,7 +20,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels
+from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels, schedule_summary
 from benchmarks.timing import REPEATS, time_graph
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names

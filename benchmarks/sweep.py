@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.configs import op_config
-from benchmarks.run import inputs, time_kernel, traffic
+from benchmarks.run import input_sets, time_kernel, traffic
 from benchmarks.timing import gbps, n_sets
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
@@ -29,7 +29,7 @@ def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[
     grid = op.knobs["cuda"]
     nbytes = traffic(op, cfg)
     sets = n_sets(nbytes)
-    value_sets = [inputs(op, cfg, rng) for _ in range(sets)]
+    value_sets = input_sets(op, cfg, rng, sets)
     rows = []
     for combo in [{}] + [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]:
         try:

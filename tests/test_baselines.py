@@ -11,7 +11,7 @@ from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
 
 from benchmarks import steps, torch_ops
 from benchmarks.record import portable_arg
-from benchmarks.run import inputs, traffic
+from benchmarks.run import input_sets, inputs, traffic
 from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.registry import OPS
@@ -37,6 +37,17 @@ def test_torch_baseline_matches_reference(name, rng):
     for a in visible(op.signature(CFG)):
         if a.role in ("out", "state"):
             assert_close(values[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
+
+
+def test_input_sets_are_distinct_buffers_of_one_sample(rng):
+    """The rotating sets must not share memory (or a graph's launches would hit in L2) but may share values."""
+    sets = input_sets(OPS["kv_row_scatter"], CFG, rng, 3, device="cpu")
+    for name, value in sets[0].items():
+        if isinstance(value, torch.Tensor):
+            assert len({s[name].data_ptr() for s in sets}) == 3, name
+            assert all(torch.equal(s[name], value) for s in sets[1:]), name
+        else:
+            assert all(s[name] == value for s in sets), name
 
 
 def test_traffic_counts_touched_state_and_kv_rows():
