@@ -52,11 +52,10 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
             w = dt + np.log(-np.expm1(-dt))  # inverse softplus of dt
         elif name in ("norm", "q_norm", "k_norm"):
             w = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif name == "conv1d":
-            w = rng.standard_normal(shape) / np.sqrt(shape[1])
-        else:
-            w = rng.standard_normal(shape) / np.sqrt(shape[-1])
-        out[name] = w.astype(np.float32)
+        else:  # float32 draws in place: a 27b stack is 12 GiB of them
+            w = rng.standard_normal(shape, dtype=np.float32)
+            w *= np.float32(1 / np.sqrt(shape[1] if name == "conv1d" else shape[-1]))
+        out[name] = w.astype(np.float32, copy=False)
     return out
 
 
