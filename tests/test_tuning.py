@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tvm
 from conftest import check_kernel_against_reference
@@ -61,6 +62,7 @@ def test_logs_are_pruned_to_the_best_record(tuned_logs):
         assert len((folder / records.RECORDS).read_text().splitlines()) == 1
         summary = json.loads((folder / records.SUMMARY).read_text())
         assert summary["best_us"] <= summary["hand_us"], f"{key}: tuned is slower than the hand schedule"
+        assert summary["timing"] == "eager"  # llvm; CUDA candidates are timed as graph replays
 
 
 def test_rerun_reports_recorded_workloads(tuned_logs):
@@ -181,3 +183,18 @@ def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
     costs = measure.graph_run_evaluator(Module(), Device(), config, sets, make_graph=Graph)
     assert calls == [sets[i % 3] for i in range(measure.GRAPH_LAUNCHES)] * 2  # eager warm-up, then the capture
     assert costs == pytest.approx([2e-6] * 3)
+
+
+def test_alloc_arguments_fill_once_and_copy_into_distinct_sets():
+    """Index buffers hold the given values; the random fill is drawn once and copied, each set in its own memory
+    (the rotating sets must not alias, or a graph's launches would hit in L2)."""
+    slots = np.array([1, 0], np.int32)
+    info = [("TENSOR", "float32", (4, 8)), ("TENSOR", "int32", (2,))]
+    sets = measure.alloc_arguments([None, slots], tvm.cpu(), info, 3)
+    assert len(sets) == 3
+    first = sets[0][0].numpy()
+    assert np.isfinite(first).all() and first.std() > 0
+    for data, index in sets:
+        assert np.array_equal(data.numpy(), first) and np.array_equal(index.numpy(), slots)
+    sets[1][0].copyfrom(np.zeros((4, 8), np.float32))
+    assert np.array_equal(sets[0][0].numpy(), first) and np.array_equal(sets[2][0].numpy(), first)

@@ -49,7 +49,7 @@ BUDGETS = {
     # 2-core CPU: the ~22 workloads of a preset x (hand + 8 candidates) in about two minutes.
     "llvm": Budget(8, 8, 64, ms.runner.EvaluatorConfig(number=10, repeat=3, min_repeat_ms=5)),
     # H200: the knob grid plus one search round of 16 candidates per workload, built in parallel, measured in
-    # turn: 10-35 s a workload, ~5 minutes a preset's 22 (two presets at once on two GPUs). --trials: deeper.
+    # turn: 11-80 s a workload graph-timed, 7-8 minutes a preset's 21-22 (one preset per GPU). --trials: deeper.
     "cuda": Budget(
         16, 16, 256, ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10), arg_sets=4, graph=True
     ),
@@ -172,6 +172,7 @@ class _Tuner:
             "best_us": result.best_us,
             "hand_us": result.hand_us,
             "hand_designs": result.designs,
+            "timing": "cuda-graph" if self.budget.graph else "eager",
             "note": note,
         }
         records.prune(db, path, w.kind)
