@@ -187,7 +187,8 @@ def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
 
 def test_alloc_arguments_fill_once_and_copy_into_distinct_sets():
     """Index buffers hold the given values; the random fill is drawn once and copied, each set in its own memory
-    (the rotating sets must not alias, or a graph's launches would hit in L2)."""
+    (the rotating sets must not alias, or a graph's launches would hit in L2); the sets are kept while the
+    workload stays the same."""
     slots = np.array([1, 0], np.int32)
     info = [("TENSOR", "float32", (4, 8)), ("TENSOR", "int32", (2,))]
     sets = measure.alloc_arguments([None, slots], tvm.cpu(), info, 3)
@@ -198,3 +199,6 @@ def test_alloc_arguments_fill_once_and_copy_into_distinct_sets():
         assert np.array_equal(data.numpy(), first) and np.array_equal(index.numpy(), slots)
     sets[1][0].copyfrom(np.zeros((4, 8), np.float32))
     assert np.array_equal(sets[0][0].numpy(), first) and np.array_equal(sets[2][0].numpy(), first)
+    assert measure.alloc_arguments([None, slots], tvm.cpu(), info, 3) is sets  # kept for the workload's candidates
+    other = measure.alloc_arguments([None, slots[::-1].copy()], tvm.cpu(), info, 3)
+    assert other is not sets and np.array_equal(other[0][1].numpy(), slots[::-1])

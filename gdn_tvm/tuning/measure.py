@@ -96,6 +96,9 @@ def graph_run_evaluator(
     return [graph.elapsed(replays) / (replays * GRAPH_LAUNCHES) for _ in range(evaluator_config.repeat)]
 
 
+_SETS: dict[tuple, list[list[tvm.runtime.Tensor]]] = {}  # the runner worker's sets for the workload in hand
+
+
 def alloc_arguments(
     index_values: Sequence[np.ndarray | None],
     device: tvm.runtime.Device,
@@ -106,7 +109,31 @@ def alloc_arguments(
 
     index_values[i]: the values of tensor parameter i when it is an index buffer, else None (random fill).
     args_info: MetaSchedule's `("TENSOR", dtype, shape)` per tensor parameter, in order.
+    The runner's worker process lives through the session and calls this once per candidate: the sets are made
+    once per workload and kept until the next one (the fill runs on the host; four sets of the B=32 KV caches
+    took over a minute per candidate batch on the H200 machine). Candidates update state buffers in place, so
+    later candidates see other values: the timing does not depend on them.
     """
+    key = (
+        device.dlpack_device_type(),
+        device.index,
+        repr(list(args_info)),
+        alloc_repeat,
+        tuple(None if v is None else (v.dtype.str, v.shape, v.tobytes()) for v in index_values),
+    )
+    if key not in _SETS:
+        _SETS.clear()  # one workload's sets at a time: a set of 4b B=32 KV caches is 1 GiB
+        _SETS[key] = _fill(index_values, device, args_info, alloc_repeat)
+    return _SETS[key]
+
+
+def _fill(
+    index_values: Sequence[np.ndarray | None],
+    device: tvm.runtime.Device,
+    args_info: Sequence[tuple],
+    alloc_repeat: int,
+) -> list[list[tvm.runtime.Tensor]]:
+    """`alloc_repeat` sets in distinct memory: one random fill, copied on the device into the others."""
     random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
 
     def tensor(info: tuple, values: np.ndarray | None) -> tvm.runtime.Tensor:
@@ -122,7 +149,5 @@ def alloc_arguments(
         out.copyfrom(t)
         return out
 
-    # one random fill, copied on the device into the other sets: the fill runs on the host, and four sets of the
-    # B=32 KV caches took over a minute per workload on the H200 machine
     first = [tensor(info, values) for info, values in zip(args_info, index_values, strict=True)]
     return [first] + [[copy(t) for t in first] for _ in range(alloc_repeat - 1)]
