@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from conftest import CASES, TOL_LAYER, TOL_OP, assert_close, reference_copy
+from conftest import CASES, assert_close
 
 from benchmarks import steps, torch_ops
 from benchmarks.record import portable_arg
@@ -19,6 +19,7 @@ from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_LAYER, TOL_OP, reference_copy
 
 CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
 WHOLE_ATTENTION = ("decode_attention_split", "decode_attention_reduce")  # compared with SDPA as a whole

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import CASES, TOL_OP, assert_close, reference_copy
+from conftest import CASES, assert_close
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_OP, reference_copy
 
 
 def test_state_shift_exact_over_steps(rng):

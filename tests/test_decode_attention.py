@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TOL_OP, assert_close
+from conftest import assert_close
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_reduce, decode_attention_split
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_OP
 
 # 12 splits: more than the reduce's 8 split groups, so some groups merge several splits and, at short lengths,
 # some are empty.

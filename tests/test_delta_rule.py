@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from conftest import TOL_OP, assert_close, reference_copy
+from conftest import assert_close
 
 from gdn_tvm.build.compile import compile_mod, compile_op
 from gdn_tvm.config import HEAD_MAPPINGS, DecodeConfig, preset
@@ -13,6 +13,7 @@ from gdn_tvm.reference.delta_rule import delta_rule
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import cuda, llvm
+from gdn_tvm.verify import TOL_OP, reference_copy
 
 OP = OPS["delta_rule"]
 B3 = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=5)  # Hv = 2*Hk: the two mappings differ

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import CASES, reference_copy
+from conftest import CASES
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import reference_copy
 
 
 def test_softplus_branches(rng):

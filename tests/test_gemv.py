@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import tvm
-from conftest import TOL_OP, assert_close, reference_copy
+from conftest import assert_close
 from gdn_tvm.schedules.gemv import cuda_layout
 from tvm.support import nvcc
 
@@ -18,6 +18,7 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import cuda, device_of, gpu_present, llvm
+from gdn_tvm.verify import TOL_OP, reference_copy
 
 KNOBS = {  # (proj, batch, cuda knobs, x staged in shared memory)
     "rows1-B1": ("in_proj_b", 1, {}, False),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TOL_LAYER, assert_close, check_op_against_reference
+from conftest import assert_close, check_op_against_reference
 from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
 from gdn_tvm.build.compile import build_kernels
@@ -17,6 +17,7 @@ from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.target import cuda, device_of, gpu_present
+from gdn_tvm.verify import TOL_LAYER
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from conftest import CASES, TOL_LAYER, assert_close
+from conftest import CASES, assert_close
 
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
@@ -16,6 +16,7 @@ from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import random_weights
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_LAYER
 
 STEPS = 64
 LAYER_CASES = {"0.8b-B1": CASES["0.8b-B1"], "4b-B3": CASES["4b-B3"]}

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import TOL_OP, assert_close, reference_copy
+from conftest import assert_close
 from test_cuda_codegen import cuda_source
 
 from gdn_tvm.build.compile import compile_op
@@ -14,6 +14,7 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_OP, reference_copy
 
 NAMES = ["partial_neox_rope", "partial_neox_rope_indirect"]
 LONG = DecodeConfig(preset("qwen3.5-4b"), batch=3, max_len=2**18 + 1)

@@ -20,7 +20,7 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import load
 from gdn_tvm.target import llvm
-from gdn_tvm.tuning import measure, records
+from gdn_tvm.tuning import driver, measure, records
 from gdn_tvm.tuning.driver import tune, workloads
 from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
@@ -202,3 +202,26 @@ def test_alloc_arguments_fill_once_and_copy_into_distinct_sets():
     assert measure.alloc_arguments([None, slots], tvm.cpu(), info, 3) is sets  # kept for the workload's candidates
     other = measure.alloc_arguments([None, slots[::-1].copy()], tvm.cpu(), info, 3)
     assert other is not sets and np.array_equal(other[0][1].numpy(), slots[::-1])
+
+
+def test_tuner_keeps_the_fastest_record_that_matches_the_reference(tuned_logs, tmp_path, monkeypatch):
+    """Records are checked against the reference fastest first (MetaSchedule only times them): a faster record
+    that fails is passed over and named in the note; when none matches, the workload is an error."""
+    root = tmp_path / "logs"
+    shutil.copytree(tuned_logs, root)
+    verdicts = iter([["sigmoid_gate.out: 3 elements differ"], []])
+    monkeypatch.setattr(driver, "check_kernel", lambda *args: next(verdicts))
+    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], root, trials=0, force=True, echo=quiet)
+    assert result.note.endswith("1 faster record(s) rejected: sigmoid_gate.out: 3 elements differ")
+    assert json.loads((root / result.key / records.SUMMARY).read_text())["best_us"] == result.best_us
+    monkeypatch.setattr(driver, "check_kernel", lambda *args: ["sigmoid_gate.out: 1 elements differ"])
+    with pytest.raises(RuntimeError, match="no record matches the reference"):
+        tune(CFG, llvm(), ["sigmoid_gate"], root, trials=0, force=True, echo=quiet)
+
+
+def test_replay_leaves_the_workload_untouched(tuned_logs):
+    """A replayed trace must not rewrite the IR the workload (and the database's workload table) holds."""
+    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
+    before, general = w.mod.script(), w.general.script()
+    records.replay(records.lookup(tuned_logs, w), w)
+    assert (w.mod.script(), w.general.script()) == (before, general)

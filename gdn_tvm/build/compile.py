@@ -57,7 +57,12 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
 
 def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) -> Kernel:
     """Build `op` for `cfg` with its hand schedule for `target` and wrap it as a checked `Kernel`."""
-    return _kernel(op, cfg, compile_mod(op.schedule(cfg, target.kind.name, **knobs).mod, target), target)
+    return compile_func(op, cfg, op.schedule(cfg, target.kind.name, **knobs).mod["main"], target)
+
+
+def compile_func(op: Op, cfg: DecodeConfig, func: tirx.PrimFunc, target: tvm.target.Target) -> Kernel:
+    """Build a scheduled PrimFunc of `op` for `cfg` and wrap it as a checked `Kernel`."""
+    return _kernel(op, cfg, compile_mod(tvm.IRModule({"main": func}), target), target)
 
 
 def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tirx.PrimFunc:
@@ -92,7 +97,7 @@ def host_loops(stmt: tirx.Stmt) -> list[str]:
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
     """`op` with its dlight schedule (`dlight_schedule`), compiled and wrapped as a checked `Kernel`."""
-    return _kernel(op, cfg, compile_mod(tvm.IRModule({"main": dlight_schedule(op, cfg, target)}), target), target)
+    return compile_func(op, cfg, dlight_schedule(op, cfg, target), target)
 
 
 def _kernel(op: Op, cfg: DecodeConfig, ex: tvm.runtime.Executable, target: tvm.target.Target) -> Kernel:

@@ -148,7 +148,9 @@ def lookup(root: str | Path, w: Workload) -> Found:
 
 def replay(found: Found, w: Workload) -> s_tir.Schedule:
     """The record's trace replayed on the general function (scalar parameters stay runtime arguments)."""
-    sch = s_tir.Schedule(w.general.with_attr("global_symbol", "main"))
+    # `Op.definition` names it "main" already. Not `with_attr` here: a schedule over a fresh PrimFunc that shares
+    # its body with `w.general` rewrites that body in place, and with it the workload tuning records refer to.
+    sch = s_tir.Schedule(w.general)
     try:
         found.record.trace.apply_to_schedule(sch, remove_postproc=False)
     except Exception as err:  # a schedule error of any primitive in the trace
@@ -156,11 +158,16 @@ def replay(found: Found, w: Workload) -> s_tir.Schedule:
     return sch
 
 
-def prune(db: ms.database.Database, path: Path, kind: str) -> None:
-    """Replace the log in `path` by the best record of each workload in `db`, its workload table packed."""
+def prune(db: ms.database.Database, path: Path, kind: str, record: ms.database.TuningRecord) -> None:
+    """Replace the log in `path` by `record` (of `db`), its workload table packed."""
     for name in (WORKLOADS, RECORDS, PACKED):
         (path / name).unlink(missing_ok=True)
-    db.dump_pruned(_open_json(path, kind, create=True, shown=path))
+    out = _open_json(path, kind, create=True, shown=path)
+    out.commit_tuning_record(
+        ms.database.TuningRecord(
+            record.trace, out.commit_workload(record.workload.mod), record.run_secs, record.target, record.args_info
+        )
+    )
     (path / PACKED).write_bytes(lzma.compress((path / WORKLOADS).read_bytes(), preset=9))
     (path / WORKLOADS).unlink()
 

@@ -1,0 +1,74 @@
+"""The numerics contract (SPEC.md) and the check of a compiled kernel against its float64 reference, shared by the
+tests and the tuner (MetaSchedule times candidates; it does not check what they compute).
+
+Relative L-infinity `max|out - ref| / max|ref|`: per op <= `TOL_OP`, per layer and over decode steps
+<= `TOL_LAYER`; data movement (`Op.exact`) bit for bit. NaN only (and exactly) where the reference is NaN: outputs
+start NaN-poisoned, so an element a kernel leaves unwritten shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tvm
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.registry import Op
+from gdn_tvm.runtime.kernel import Kernel
+from gdn_tvm.signature import sample, visible
+
+TOL_OP = 1e-4
+TOL_LAYER = 1e-3
+
+
+def mismatch(out: np.ndarray, ref: np.ndarray, tol: float) -> str | None:
+    """Why `out` does not match `ref` within relative L-infinity `tol` (`tol == 0`: bit-identical), or None."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return f"shape {out.shape} != {ref.shape}"
+    ref_nan, out_nan = np.isnan(ref), np.isnan(out)
+    if (out_nan != ref_nan).any():
+        return (
+            f"{int((out_nan & ~ref_nan).sum())} unwritten/NaN elements, "
+            f"{int((ref_nan & ~out_nan).sum())} written where they must stay untouched"
+        )
+    if tol == 0:
+        diff = np.flatnonzero((out != ref) & ~ref_nan)
+        return f"{diff.size} elements differ (first at flat index {diff[0]})" if diff.size else None
+    o, r = out[~ref_nan].astype(np.float64), ref[~ref_nan].astype(np.float64)
+    scale = np.abs(r).max() if r.size else 0.0
+    if scale == 0:
+        return "reference is all zeros; the check draws no signal"
+    err = np.abs(o - r).max() / scale
+    return f"relative L-inf error {err:.3e} > {tol:.0e}" if err > tol else None
+
+
+def reference_copy(values: Mapping[str, object]) -> dict:
+    """float64 copies of float arrays, copies of int arrays, scalars as they are."""
+    return {k: _float64_copy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+
+
+def _float64_copy(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float64) if v.dtype.kind == "f" else np.copy(v)
+
+
+def check_kernel(op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator) -> list[str]:
+    """Run `kernel` (a build of `op` at `cfg`) on fresh random inputs on its device and compare every output and
+    state with the float64 reference; one message per argument that differs (none: it matches)."""
+    device = tvm.device(*kernel.device)
+    args = visible(op.signature(cfg))
+    values = {a.name: sample(a, rng) for a in args}
+    expect = reference_copy(values)
+    op.run_reference(cfg, expect)
+    tensors = {k: tvm.runtime.tensor(v, device) for k, v in values.items() if isinstance(v, np.ndarray)}
+    call: dict[str, Any] = {**values, **tensors}
+    kernel(**call)
+    failed = []
+    for a in args:
+        if a.role in ("out", "state"):
+            why = mismatch(tensors[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP)
+            if why:
+                failed.append(f"{op.name}.{a.name}: {why}")
+    return failed
