@@ -3,7 +3,7 @@
 python -m benchmarks.prebuild [--out build/bench]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
-schedule), and under `<out>/dlight/` the op
+schedule; none for a config without any record), and under `<out>/dlight/` the op
 benchmark's dlight baselines. Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned
 <out>/tuned`, `--dlight-library <out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
 """
@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from benchmarks.configs import OP_BATCHES, OP_PRESET, STEP_BATCHES, STEP_PRESETS, op_config, step_config
-from gdn_tvm.build.export import build
+from gdn_tvm.build.export import build, schedule_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.target import cuda
@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     for batch in OP_BATCHES:
         build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", dlight=True)
     for cfg, names in wanted.values():
-        build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)
+        if any(s.source == "tuned" for s in schedule_ops(cfg, "cuda", args.work_dir, names, allow_hand=True)):
+            build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)
+        else:
+            print(f"no tuned build of {cfg.key}: no tuning record", flush=True)
     return 0
 
 
