@@ -17,7 +17,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
-from benchmarks.timing import gbps, n_sets, time_eager, time_graph
+from benchmarks.timing import gbps, time_eager, time_graph
 from gdn_tvm.build.compile import compile_dlight, compile_op
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
@@ -25,6 +25,7 @@ from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda
+from gdn_tvm.traffic import rotating_sets, traffic
 
 PEAK_GBPS = 4300.0
 
@@ -53,23 +54,6 @@ def input_sets(op: Op, cfg: DecodeConfig, rng: np.random.Generator, sets: int, d
 def clone(values: dict) -> dict:
     """`values` with every tensor copied."""
     return {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in values.items()}
-
-
-def traffic(op: Op, cfg: DecodeConfig) -> int:
-    """Bytes one launch must move: inputs and outputs once, touched state rows read and written,
-    the KV rows up to the position for attention, one row per lane for the scatter."""
-    total = 0
-    row = cfg.model.n_kv_heads * cfg.model.head_dim * 4
-    for a in op.signature(cfg):
-        if a.alias is not None:
-            continue
-        if "cache" in a.name:
-            total += cfg.batch * row * (1 if op.family == "kv_row_scatter" else cfg.max_len)
-        elif a.role == "state":
-            total += 2 * a.nbytes * cfg.batch // cfg.slots
-        else:
-            total += a.nbytes
-    return total
 
 
 def fla_delta_rule(cfg: DecodeConfig, values: dict):
@@ -149,7 +133,7 @@ def bench_op(
     """Hand kernel, the other TVM kernels given (`tuned`, `dlight`: timed and checked against the hand kernel),
     PyTorch eager and, for the delta rule, fla."""
     nbytes = traffic(op, cfg)
-    sets = n_sets(nbytes)
+    sets = rotating_sets(nbytes)
     value_sets = input_sets(op, cfg, rng, sets)
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
     row["tvm_us"] = time_kernel(kernel, value_sets)

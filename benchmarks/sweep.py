@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.configs import op_config
-from benchmarks.run import input_sets, time_kernel, traffic
-from benchmarks.timing import gbps, n_sets
+from benchmarks.run import input_sets, time_kernel
+from benchmarks.timing import gbps
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
+from gdn_tvm.traffic import rotating_sets, traffic
 
 
 def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[dict]:
@@ -28,7 +29,7 @@ def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[
     cfg = op_config(preset, batch)
     grid = op.knobs["cuda"]
     nbytes = traffic(op, cfg)
-    sets = n_sets(nbytes)
+    sets = rotating_sets(nbytes)
     value_sets = input_sets(op, cfg, rng, sets)
     rows = []
     for combo in [{}] + [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]:

@@ -7,14 +7,9 @@ from collections.abc import Callable
 
 import torch
 
-L2_BYTES = 50 * 2**20
-LAUNCHES = 24
+from gdn_tvm.traffic import LAUNCHES
+
 REPEATS = 25
-
-
-def n_sets(bytes_per_launch: int) -> int:
-    """Input sets to rotate through so one graph's working set is >= 3x the L2 (at most LAUNCHES)."""
-    return max(1, min(LAUNCHES, -(-3 * L2_BYTES // max(bytes_per_launch, 1))))
 
 
 def time_graph(fn: Callable[[int], None], sets: int) -> float:

@@ -11,7 +11,7 @@ from conftest import CASES, assert_close
 
 from benchmarks import steps, torch_ops
 from benchmarks.record import portable_arg
-from benchmarks.run import input_sets, inputs, traffic
+from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.registry import OPS
@@ -19,6 +19,7 @@ from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
 from gdn_tvm.target import llvm
+from gdn_tvm.traffic import L2_BYTES, LAUNCHES, rotating_sets, traffic
 from gdn_tvm.verify import TOL_LAYER, TOL_OP, reference_copy
 
 CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
@@ -49,6 +50,12 @@ def test_input_sets_are_distinct_buffers_of_one_sample(rng):
             assert all(torch.equal(s[name], value) for s in sets[1:]), name
         else:
             assert all(s[name] == value for s in sets), name
+
+
+def test_rotating_sets_cover_three_l2s_within_one_graph():
+    assert rotating_sets(1) == LAUNCHES  # small ops: as many sets as launches
+    assert rotating_sets(L2_BYTES) == 3
+    assert rotating_sets(3 * L2_BYTES) == rotating_sets(2**40) == 1
 
 
 def test_traffic_counts_touched_state_and_kv_rows():

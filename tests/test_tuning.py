@@ -149,7 +149,7 @@ def test_knob_grid_designs_and_rejections(monkeypatch):
 
 
 def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
-    """The CUDA runner's evaluator (a fake graph here: no GPU): one capture of GRAPH_LAUNCHES launches rotating
+    """The CUDA runner's evaluator (a fake graph here: no GPU): one capture of LAUNCHES launches rotating
     over the argument sets, replays calibrated to min_repeat_ms, seconds per launch."""
     calls = []
 
@@ -163,7 +163,7 @@ def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
             self.replays += 1
 
         def elapsed(self, replays):
-            return replays * measure.GRAPH_LAUNCHES * 2e-6  # 2 us a launch
+            return replays * measure.LAUNCHES * 2e-6  # 2 us a launch
 
     class Module:
         entry_name = "main"
@@ -181,7 +181,7 @@ def test_graph_run_evaluator_rotates_argument_sets_and_times_per_launch():
     sets = [("a0", "b0"), ("a1", "b1"), ("a2", "b2")]
     config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10)
     costs = measure.graph_run_evaluator(Module(), Device(), config, sets, make_graph=Graph)
-    assert calls == [sets[i % 3] for i in range(measure.GRAPH_LAUNCHES)] * 2  # eager warm-up, then the capture
+    assert calls == [sets[i % 3] for i in range(measure.LAUNCHES)] * 2  # eager warm-up, then the capture
     assert costs == pytest.approx([2e-6] * 3)
 
 

@@ -29,6 +29,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import get
 from gdn_tvm.signature import DEVICE_NAMES
 from gdn_tvm.target import device_of
+from gdn_tvm.traffic import rotating_sets, traffic
 from gdn_tvm.tuning import measure, records
 from gdn_tvm.tuning.space import design_space, first_line, hand_designs
 from gdn_tvm.tuning.workload import Workload, workload
@@ -38,14 +39,14 @@ from gdn_tvm.verify import check_kernel
 @dataclass(frozen=True)
 class Budget:
     """Search settings per target kind; `trials` is the default number of MetaSchedule candidates measured
-    per workload (the hand designs of the knob grid are measured on top); `arg_sets` argument sets rotate in
-    each measurement; `graph`: time CUDA-graph replays (`measure.graph_run_evaluator`), not eager calls."""
+    per workload (the hand designs of the knob grid are measured on top); `graph`: time CUDA-graph replays
+    (`measure.graph_run_evaluator`), not eager calls, rotating over as many argument sets as the op benchmark
+    (`traffic.rotating_sets`: the launches read from DRAM, not L2), so tuned and hand compare as it times them."""
 
     trials: int
     per_iter: int
     population: int
     evaluator: ms.runner.EvaluatorConfig
-    arg_sets: int = 1
     graph: bool = False
 
 
@@ -54,9 +55,7 @@ BUDGETS = {
     "llvm": Budget(8, 8, 64, ms.runner.EvaluatorConfig(number=10, repeat=3, min_repeat_ms=5)),
     # H200: the knob grid plus one search round of 16 candidates per workload, built in parallel, measured in
     # turn: 11-80 s a workload graph-timed, 7-8 minutes a preset's 21-22 (one preset per GPU). --trials: deeper.
-    "cuda": Budget(
-        16, 16, 256, ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10), arg_sets=4, graph=True
-    ),
+    "cuda": Budget(16, 16, 256, ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10), graph=True),
 }
 
 
@@ -127,10 +126,9 @@ class _Tuner:
         self.target, self.budget, self.root, self.trials, self.force = target, budget, root, trials, force
         self.cores = int((target.host or target).attrs["num-cores"])
         self.builder = measure.PoolBuilder(self.cores)
-        # One runner (one worker process) for the session; `run` points its argument allocation at the workload.
+        # One runner (one worker process) for the session; `run` points its argument sets at the workload.
         self.runner = ms.runner.LocalRunner(
             evaluator_config=budget.evaluator,
-            alloc_repeat=budget.arg_sets,
             f_run_evaluator=measure.graph_run_evaluator if budget.graph else None,
         )
 
@@ -153,6 +151,7 @@ class _Tuner:
         db = records.open_db(scratch, w.kind, create=True)
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
         self.runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
+        self.runner.alloc_repeat = rotating_sets(traffic(w.op, w.cfg)) if self.budget.graph else 1
         designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))  # [0]: the defaults, i.e. the hand schedule
         searched = prior - len(designs)
         fresh = self.trials and searched < 0  # a fresh run, or one cut inside the grid: measure the grid too

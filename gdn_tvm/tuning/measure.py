@@ -20,6 +20,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from gdn_tvm.build.compile import compile_mod
+from gdn_tvm.traffic import LAUNCHES
 
 
 @derived_object
@@ -58,9 +59,6 @@ def build_and_export(mod: tvm.IRModule, target: tvm.target.Target) -> str:
     return default_export(compile_mod(mod, target).mod)
 
 
-GRAPH_LAUNCHES = 24  # launches per captured graph, rotating over the argument sets
-
-
 def graph_run_evaluator(
     rt_mod: tvm.runtime.Module,
     device: tvm.runtime.Device,
@@ -72,7 +70,7 @@ def graph_run_evaluator(
 
     MetaSchedule's default times eager calls, and an eager call of a microsecond kernel is bound by the host's
     launch rate: on the H200 the tuner measured 3.5-5 us for kernels the benchmark times at 1.3-1.8 us, so small
-    ops' candidates came out equal, in noise order. Here `GRAPH_LAUNCHES` launches, rotating over the argument
+    ops' candidates came out equal, in noise order. Here `LAUNCHES` launches, rotating over the argument
     sets (`alloc_repeat` of them, so big working sets leave L2), are captured in one CUDA graph; each of the
     `repeat` samples replays it for at least `min_repeat_ms`. `make_graph(run, device_id)` defaults to
     `gdn_tvm.runtime.graph.CudaGraph`.
@@ -84,7 +82,7 @@ def graph_run_evaluator(
     func = rt_mod[rt_mod.entry_name]
 
     def run() -> None:
-        for i in range(GRAPH_LAUNCHES):
+        for i in range(LAUNCHES):
             func(*repeated_args[i % len(repeated_args)])
 
     run()  # eager first: the module's kernels load at their first call, which must not happen during capture
@@ -93,7 +91,7 @@ def graph_run_evaluator(
     graph.replay()
     once = graph.elapsed(1)
     replays = max(1, math.ceil(evaluator_config.min_repeat_ms / 1e3 / max(once, 1e-9)))
-    return [graph.elapsed(replays) / (replays * GRAPH_LAUNCHES) for _ in range(evaluator_config.repeat)]
+    return [graph.elapsed(replays) / (replays * LAUNCHES) for _ in range(evaluator_config.repeat)]
 
 
 _SETS: dict[tuple, list[list[tvm.runtime.Tensor]]] = {}  # the runner worker's sets for the workload in hand

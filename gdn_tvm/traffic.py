@@ -1,0 +1,32 @@
+"""The bytes one launch of an op moves, and how many input sets a timed graph rotates over so that repeated
+launches read from DRAM, not L2: the op benchmark and the CUDA tuner time under the same conditions."""
+
+from __future__ import annotations
+
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.registry import Op
+
+L2_BYTES = 50 * 2**20  # H200
+LAUNCHES = 24  # launches per timed CUDA graph, rotating over the input sets
+
+
+def traffic(op: Op, cfg: DecodeConfig) -> int:
+    """Bytes one launch must move: inputs and outputs once, touched state rows read and written,
+    the KV rows up to the position for attention, one row per lane for the scatter."""
+    total = 0
+    row = cfg.model.n_kv_heads * cfg.model.head_dim * 4
+    for a in op.signature(cfg):
+        if a.alias is not None:
+            continue
+        if "cache" in a.name:
+            total += cfg.batch * row * (1 if op.family == "kv_row_scatter" else cfg.max_len)
+        elif a.role == "state":
+            total += 2 * a.nbytes * cfg.batch // cfg.slots
+        else:
+            total += a.nbytes
+    return total
+
+
+def rotating_sets(bytes_per_launch: int) -> int:
+    """Input sets to rotate through so one graph's working set is >= 3x the L2 (at most LAUNCHES)."""
+    return max(1, min(LAUNCHES, -(-3 * L2_BYTES // max(bytes_per_launch, 1))))
