@@ -107,9 +107,10 @@ def alloc_arguments(
 
     index_values[i]: the values of tensor parameter i when it is an index buffer, else None (random fill).
     args_info: MetaSchedule's `("TENSOR", dtype, shape)` per tensor parameter, in order.
-    The runner's worker process lives through the session and calls this once per candidate: the sets are made
-    once per workload and kept until the next one (the fill runs on the host; four sets of the B=32 KV caches
-    took over a minute per candidate batch on the H200 machine). Candidates update state buffers in place, so
+    The runner's worker process lives through the session and calls this once per candidate: the sets (one
+    random fill, copied on the device into the others, each in its own memory) are made once per workload and
+    kept until the next one (the fill runs on the host; four sets of the B=32 KV caches took over a minute per
+    candidate batch on the H200 machine). Candidates update state buffers in place, so
     later candidates see other values: the timing does not depend on them.
     """
     key = (
@@ -121,31 +122,22 @@ def alloc_arguments(
     )
     if key not in _SETS:
         _SETS.clear()  # one workload's sets at a time: a set of 4b B=32 KV caches is 1 GiB
-        _SETS[key] = _fill(index_values, device, args_info, alloc_repeat)
+        first = [_tensor(info, values, device) for info, values in zip(args_info, index_values, strict=True)]
+        _SETS[key] = [first] + [[_copy(t, device) for t in first] for _ in range(alloc_repeat - 1)]
     return _SETS[key]
 
 
-def _fill(
-    index_values: Sequence[np.ndarray | None],
-    device: tvm.runtime.Device,
-    args_info: Sequence[tuple],
-    alloc_repeat: int,
-) -> list[list[tvm.runtime.Tensor]]:
-    """`alloc_repeat` sets in distinct memory: one random fill, copied on the device into the others."""
-    random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+def _tensor(info: tuple, values: np.ndarray | None, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
+    """`values` on `device`, or (None) a buffer of `info`'s shape and dtype, randomly filled."""
+    _, dtype, shape = info
+    if values is not None:
+        return tvm.runtime.tensor(values, device)
+    out = tvm.runtime.empty(shape, dtype, device)
+    tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")(out)
+    return out
 
-    def tensor(info: tuple, values: np.ndarray | None) -> tvm.runtime.Tensor:
-        _, dtype, shape = info
-        if values is not None:
-            return tvm.runtime.tensor(values, device)
-        out = tvm.runtime.empty(shape, dtype, device)
-        random_fill(out)
-        return out
 
-    def copy(t: tvm.runtime.Tensor) -> tvm.runtime.Tensor:
-        out = tvm.runtime.empty(t.shape, t.dtype, device)
-        out.copyfrom(t)
-        return out
-
-    first = [tensor(info, values) for info, values in zip(args_info, index_values, strict=True)]
-    return [first] + [[copy(t) for t in first] for _ in range(alloc_repeat - 1)]
+def _copy(t: tvm.runtime.Tensor, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
+    out = tvm.runtime.empty(t.shape, t.dtype, device)
+    out.copyfrom(t)
+    return out
