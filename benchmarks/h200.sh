@@ -6,7 +6,8 @@
 # a tarball, also after a stop; a later run resumes them); ops[:ARGS]: the op benchmark (ARGS: more of its
 # arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
-# fla-core (a wheel in .device/, see README "GPU work") is installed for the delta-rule baseline when present;
+# Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
+# and execnet to run the GPU tests in H200_TEST_JOBS (default 6) workers;
 # .device/bench.tar.xz (`make bench-prebuild` here) holds prebuilt CUDA modules: then nothing compiles there.
 set -uo pipefail
 out=${1:?usage: benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps]}
@@ -15,8 +16,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if [ -z "${H200_READY:-}" ]; then  # once per machine; parallel runs of this script set H200_READY=1 after it
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1  # maps schedules/ in
-    if compgen -G ".device/fla_core-*.whl" >/dev/null; then
-        python3 -m pip install -q --no-index --no-deps --target .device/extra .device/fla_core-*.whl
+    if compgen -G ".device/*.whl" >/dev/null; then  # fla-core; pytest-xdist + execnet (parallel GPU tests)
+        python3 -m pip install -q --no-index --no-deps --target .device/extra .device/*.whl
     fi
     [ -f .device/bench.tar.xz ] && mkdir -p build && tar xJf .device/bench.tar.xz -C build
 fi
@@ -33,8 +34,10 @@ for part in "${parts[@]}"; do
     setup) ;;  # the installs above alone
     tests*)  # "tests" = every gpu-marked test; "tests:ARGS" = pytest ARGS instead of the tests folder
         args=${part#tests}
+        jobs=()  # compiles dominate the op tests: H200_TEST_JOBS workers share the GPU where xdist is installed
+        python3 -c "import xdist" 2>/dev/null && jobs=(-n "${H200_TEST_JOBS:-6}")
         # shellcheck disable=SC2086
-        python3 -m pytest -q -m gpu -p no:cacheprovider ${args#:} $([ -n "${args#:}" ] || echo tests) 2>&1 |
+        python3 -m pytest -q -m gpu -p no:cacheprovider ${jobs[@]+"${jobs[@]}"} ${args#:} $([ -n "${args#:}" ] || echo tests) 2>&1 |
             tee -a "$out/gpu_tests.log" || status=1
         ;;
     ops*)  # "ops" = every batch; "ops:ARGS" = more benchmarks.run arguments, e.g. "ops:--batches 32 256"
