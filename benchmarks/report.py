@@ -21,7 +21,8 @@ def _partial(data: dict) -> list[str]:
     if data.get("complete", True):
         return []
     return [
-        f"**Partial run** (stopped by its time limit); missing: {data.get('missing', 'the rows after the last')}.",
+        f"**Partial run** ({data.get('stopped', 'stopped by its time limit')}); "
+        f"missing: {data.get('missing', 'the rows after the last')}.",
         "",
     ]
 
