@@ -3,7 +3,7 @@
 python -m benchmarks.prebuild [--out build/bench]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
-schedule; none for a config without any record), and under `<out>/dlight/` the op
+schedule; none for a config without any log), and under `<out>/dlight/` the op
 benchmark's dlight baselines. Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned
 <out>/tuned`, `--dlight-library <out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 from benchmarks.configs import OP_BATCHES, OP_PRESET, STEP_BATCHES, STEP_PRESETS, op_config, step_config
-from gdn_tvm.build.export import build, schedule_ops
-from gdn_tvm.registry import OPS
+from gdn_tvm.build.export import build
+from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.target import cuda
+from gdn_tvm.tuning import records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     for batch in OP_BATCHES:
         build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", dlight=True)
     for cfg, names in wanted.values():
-        if any(s.source == "tuned" for s in schedule_ops(cfg, "cuda", args.work_dir, names, allow_hand=True)):
+        if any(records.has_log(Path(args.work_dir) / key) for key in workload_groups(cfg, "cuda", names)):
             build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)
         else:
-            print(f"no tuned build of {cfg.key}: no tuning record", flush=True)
+            print(f"no tuned build of {cfg.key}: no tuning log", flush=True)
     return 0
 
 

@@ -99,10 +99,10 @@ def rel_error(op: Op, cfg: DecodeConfig, kernel: Kernel, other: Kernel, values: 
     return max(float((b - a).abs().max() / a.abs().max().clamp_min(1e-30)) for a, b in zip(*results, strict=True))
 
 
-def library_kernels(root: str | None, cfg: DecodeConfig, schedule: str | None = None) -> dict[str, Kernel]:
+def library_kernels(root: str | None, cfg: DecodeConfig, tuned_only: bool = False) -> dict[str, Kernel]:
     """The build of `cfg` under `root` (tuned, or dlight), or none (said on stdout) when `root` has no build of
-    that config; with `schedule`, only the functions whose manifest names that schedule source (a tuned build
-    fills workloads without a record with the hand schedule: those get no tuned column)."""
+    that config; with `tuned_only`, only the functions with a tuning record (a tuned build fills workloads without
+    one with the hand schedule: those get no tuned column)."""
     if root is None:
         return {}
     try:
@@ -110,21 +110,29 @@ def library_kernels(root: str | None, cfg: DecodeConfig, schedule: str | None = 
     except ManifestError as err:
         print(f"no build of {cfg.key} under {root}: {err}", flush=True)
         return {}
-    if schedule is None:
+    if not tuned_only:
         return kernels
-    functions = read_manifest(root, cfg, "cuda")[1]["functions"]
-    other = sorted(n for n in kernels if functions[n]["schedule"] != schedule)
-    if other:
-        print(f"{cfg.key} under {root}: not {schedule}: {', '.join(other)}", flush=True)
-    return {n: k for n, k in kernels.items() if n not in other}
+    hand = untuned(manifest_functions(root, cfg))
+    if hand:
+        print(f"{cfg.key} under {root}: not tuned: {', '.join(hand)}", flush=True)
+    return {n: k for n, k in kernels.items() if n not in hand}
+
+
+def manifest_functions(root: str, cfg: DecodeConfig) -> dict[str, dict]:
+    """The manifest entries of the functions of `cfg`'s CUDA build under `root`."""
+    return read_manifest(root, cfg, "cuda")[1]["functions"]
+
+
+def untuned(functions: dict[str, dict]) -> list[str]:
+    """The functions without a tuning record (a tuned build gives them the hand schedule)."""
+    return sorted(n for n, f in functions.items() if f["schedule"] != "tuned")
 
 
 def schedule_summary(root: str, cfg: DecodeConfig) -> str:
     """Where the functions of `cfg`'s build under `root` got their schedules: "tuned", or "tuned N/M (hand: ...)"."""
-    functions = read_manifest(root, cfg, "cuda")[1]["functions"]
-    hand = sorted(n for n, f in functions.items() if f["schedule"] != "tuned")
-    tuned = len(functions) - len(hand)
-    return "tuned" if not hand else f"tuned {tuned}/{len(functions)} (hand: {', '.join(hand)})"
+    functions = manifest_functions(root, cfg)
+    hand = untuned(functions)
+    return "tuned" if not hand else f"tuned {len(functions) - len(hand)}/{len(functions)} (hand: {', '.join(hand)})"
 
 
 def bench_op(
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
-        tuned = library_kernels(args.tuned, cfg, "tuned")
+        tuned = library_kernels(args.tuned, cfg, tuned_only=True)
         dlight = library_kernels(args.dlight_library, cfg)
         for name in args.ops:
             others = {"tuned": tuned[name]} if name in tuned else {}

@@ -21,7 +21,7 @@ from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
 from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels, schedule_summary
-from benchmarks.timing import REPEATS, time_graph
+from benchmarks.timing import time_eager, time_graph
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
@@ -74,19 +74,6 @@ def _attn(m, B, w, st, x, slots, positions, seq_len):
     return (attn * torch.sigmoid(gate)).view(B, -1) @ w["o_proj"].t()
 
 
-def _events(run, n: int = 20) -> float:
-    times = []
-    for _ in range(REPEATS):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(n):
-            run()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000 / n)
-    return float(np.median(times))
-
-
 def state_bytes(stack: HybridStack, position: int) -> int:
     """Per-lane state bytes a step moves, for every lane: GDN states read and written, K and V rows 0..position
     read (the one row written is left out)."""
@@ -117,11 +104,11 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     pos = np.full(cfg.batch, STEP_MAX_LEN // 2, np.int32)
     stack.write_inputs(x, pos, slots)
     weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
-    eager = _events(stack.run)
-    graph = _events(stack.graph.replay)
+    eager = time_eager(lambda _: stack.run(), 1)
+    graph = time_eager(lambda _: stack.graph.replay(), 1)
     ref = TorchStack(stack)
     tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
-    torch_us = _events(lambda: ref.step(tx, tpos, tslots, STEP_MAX_LEN // 2 + 1))
+    torch_us = time_eager(lambda _: ref.step(tx, tpos, tslots, STEP_MAX_LEN // 2 + 1), 1)
     floor = weight_bytes / (PEAK_GBPS * 1e3)
     moved = weight_bytes + state_bytes(stack, STEP_MAX_LEN // 2)
     bytes_floor = moved / (PEAK_GBPS * 1e3)

@@ -8,7 +8,6 @@ the hand schedules' default knobs were chosen.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -22,17 +21,17 @@ from gdn_tvm.build.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
 from gdn_tvm.traffic import rotating_sets, traffic
+from gdn_tvm.tuning.space import knob_grid
 
 
 def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[dict]:
     op = OPS[name]
     cfg = op_config(preset, batch)
-    grid = op.knobs["cuda"]
     nbytes = traffic(op, cfg)
     sets = rotating_sets(nbytes)
     value_sets = input_sets(op, cfg, rng, sets)
     rows = []
-    for combo in [{}] + [dict(zip(grid, v, strict=True)) for v in itertools.product(*grid.values())]:
+    for combo in knob_grid(op, "cuda"):
         try:
             kernel = compile_op(op, cfg, cuda(), **combo)
         except Exception as e:  # noqa: BLE001 - a combination the schedule or codegen rejects for this shape

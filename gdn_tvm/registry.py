@@ -8,7 +8,7 @@ projection) are flags bound here, so one factory serves all of an op's variants.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from importlib import import_module
@@ -189,3 +189,12 @@ def get(name: str) -> Op:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r}; known: {', '.join(OPS)}") from None
+
+
+def workload_groups(cfg: DecodeConfig, target_kind: str, names: Sequence[str]) -> dict[str, list[str]]:
+    """The op names of `names` by workload key, in first-seen order: ops of one key share a definition, hence one
+    tuning record, one schedule and one compiled function."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(get(name).workload_key(cfg, target_kind), []).append(name)
+    return groups

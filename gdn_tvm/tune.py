@@ -15,7 +15,7 @@ import sys
 import time
 
 from gdn_tvm.config import add_decode_arguments, decode_config
-from gdn_tvm.registry import OPS
+from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.target import by_name, gpu_present
 from gdn_tvm.tuning.driver import BUDGETS, table, tune
 from gdn_tvm.tuning.records import TuningLogError
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     cfg = decode_config(args)
     trials = BUDGETS[kind].trials if args.trials is None else args.trials
-    n = len({OPS[name].workload_key(cfg, kind) for name in names})
+    n = len(workload_groups(cfg, kind, names))
     print(
         f"tuning {n} workloads ({len(names)} ops) of {cfg.key} for {kind}, "
         f"{trials} trials each, logs in {args.work_dir}/{kind}/",

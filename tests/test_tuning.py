@@ -110,12 +110,18 @@ def test_build_from_tuned_logs_matches_reference(tuned_logs, tmp_path, rng):
         check_kernel_against_reference(OPS[name], CFG, kernel, rng)
 
 
-def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
+def _written_log(root: Path, record_line: str):
+    """The sigmoid_gate workload and its log folder under `root`, holding one workload line and `record_line`."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
-    folder = records.folder(tmp_path, w)
+    folder = records.folder(root, w)
     folder.mkdir(parents=True)
     (folder / records.WORKLOADS).write_text('["123", "abc"]\n')
-    (folder / records.RECORDS).write_text("[0, [[[], []], [1e-05\n")
+    (folder / records.RECORDS).write_text(record_line + "\n")
+    return w, folder
+
+
+def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
+    w, folder = _written_log(tmp_path, "[0, [[[], []], [1e-05")
     with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
         records.lookup(tmp_path, w)
     with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
@@ -127,11 +133,7 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
 
 
 def test_foreign_log_is_an_error_naming_the_file(tmp_path):
-    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
-    folder = records.folder(tmp_path, w)
-    folder.mkdir(parents=True)
-    (folder / records.WORKLOADS).write_text('["123", "abc"]\n')
-    (folder / records.RECORDS).write_text('[0, [[[], []], [1e-05], {"kind": "cuda", "arch": "sm_90"}, []]]\n')
+    w, folder = _written_log(tmp_path, '[0, [[[], []], [1e-05], {"kind": "cuda", "arch": "sm_90"}, []]]')
     with pytest.raises(records.TuningLogError, match=f"{folder / records.RECORDS}.*foreign.*'cuda'"):
         records.lookup(tmp_path, w)
 
@@ -141,9 +143,9 @@ def test_knob_grid_designs_and_rejections(monkeypatch):
     the defaults' program again, are counted."""
     w = workload(OPS["sigmoid_gate"], CFG, "cuda")
     monkeypatch.setitem(w.op.knobs, "cuda", {})
-    assert knob_grid(w) == [{}]  # no grid: the defaults only
+    assert knob_grid(w.op, "cuda") == [{}]  # no grid: the defaults only
     monkeypatch.setitem(w.op.knobs, "cuda", {"threads": (64, 0, 128), "vector": (2, 4)})
-    assert len(knob_grid(w)) == 7
+    assert len(knob_grid(w.op, "cuda")) == 7
     designs, dropped = hand_designs(w, tvm.s_tir.Schedule(w.mod))
     assert (len(designs), dropped) == (4, 3)  # threads=0 cannot split; 128 x 4 are the defaults
 
@@ -223,5 +225,6 @@ def test_replay_leaves_the_workload_untouched(tuned_logs):
     """A replayed trace must not rewrite the IR the workload (and the database's workload table) holds."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     before, general = w.mod.script(), w.general.script()
-    records.replay(records.lookup(tuned_logs, w), w)
+    found = records.lookup(tuned_logs, w)
+    records.replay(found.record, w, found.folder)
     assert (w.mod.script(), w.general.script()) == (before, general)

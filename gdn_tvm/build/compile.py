@@ -7,7 +7,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir.pipeline import default_s_tir_pipeline
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import IN_PLACE_ATTR, Op, get
+from gdn_tvm.registry import IN_PLACE_ATTR, Op, get, workload_groups
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.target import device_of
 
@@ -62,7 +62,9 @@ def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) ->
 
 def compile_func(op: Op, cfg: DecodeConfig, func: tirx.PrimFunc, target: tvm.target.Target) -> Kernel:
     """Build a scheduled PrimFunc of `op` for `cfg` and wrap it as a checked `Kernel`."""
-    return _kernel(op, cfg, compile_mod(tvm.IRModule({"main": func}), target), target)
+    ex = compile_mod(tvm.IRModule({"main": func}), target)
+    dev = device_of(target)
+    return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
 
 
 def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tirx.PrimFunc:
@@ -100,19 +102,10 @@ def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kern
     return compile_func(op, cfg, dlight_schedule(op, cfg, target), target)
 
 
-def _kernel(op: Op, cfg: DecodeConfig, ex: tvm.runtime.Executable, target: tvm.target.Target) -> Kernel:
-    dev = device_of(target)
-    return Kernel(op.name, ex["main"], op.signature(cfg), (dev.dlpack_device_type(), dev.index))
-
-
 def build_kernels(cfg: DecodeConfig, target: tvm.target.Target, names: list[str]) -> dict[str, Kernel]:
     """Hand-scheduled kernels for `names`, compiled once per distinct workload key."""
-    by_key: dict[str, Kernel] = {}
     kernels = {}
-    for name in names:
-        op = get(name)
-        key = op.workload_key(cfg, target.kind.name)
-        if key not in by_key:
-            by_key[key] = compile_op(op, cfg, target)
-        kernels[name] = Kernel(name, by_key[key].func, op.signature(cfg), by_key[key].device)
-    return kernels
+    for group in workload_groups(cfg, target.kind.name, names).values():
+        built = compile_op(get(group[0]), cfg, target)
+        kernels.update({name: Kernel(name, built.func, get(name).signature(cfg), built.device) for name in group})
+    return {name: kernels[name] for name in names}

@@ -1,5 +1,5 @@
 """`make build`: apply the tuning records strictly, compile every registry op for one target into one shared
-library, and write `manifest.json` beside it (`<out>/<preset>-<target>-b<batch>/`).
+library, and write `manifest.json` beside it (`<out>/<DecodeConfig.key>-<target>/`).
 
 A workload without a record is an error naming it, unless `allow_hand`: then its hand schedule is built, and
 the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule. `dlight=True`
@@ -22,7 +22,7 @@ from gdn_tvm.build import cuda_stub
 from gdn_tvm.build.compile import dlight_schedule
 from gdn_tvm.build.library import cuda_compile_mode, export_library
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import OPS, get
+from gdn_tvm.registry import OPS, get, workload_groups
 from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import Workload, workload
@@ -47,20 +47,18 @@ def schedule_ops(
 
     Raises `MissingRecordError` naming every workload without a record when not `allow_hand`.
     """
-    by_key: dict[str, Scheduled | None] = {}
+    by_name: dict[str, Scheduled] = {}
     missing: list[str] = []
-    for name in names:
-        op = get(name)
-        key = op.workload_key(cfg, kind)
-        if key not in by_key:
-            by_key[key] = _schedule(workload(op, cfg, kind), logs, allow_hand, missing)
+    for group in workload_groups(cfg, kind, names).values():
+        scheduled = _schedule(workload(get(group[0]), cfg, kind), logs, allow_hand, missing)
+        if scheduled is not None:
+            by_name.update({name: dataclasses.replace(scheduled, name=name) for name in group})
     if missing and not allow_hand:
         raise records.MissingRecordError(
             f"{len(missing)} workload(s) without a tuning record (tune them, or pass --allow-hand to build "
             "their hand schedules):\n  " + "\n  ".join(missing)
         )
-    done = {key: s for key, s in by_key.items() if s is not None}  # every key, once the check above passed
-    return [dataclasses.replace(done[get(name).workload_key(cfg, kind)], name=name) for name in names]
+    return [by_name[name] for name in names]
 
 
 def dlight_ops(cfg: DecodeConfig, target: tvm.target.Target, names: Sequence[str]) -> list[Scheduled]:
@@ -85,7 +83,8 @@ def _schedule(w: Workload, logs: str | Path, allow_hand: bool, missing: list[str
         if not allow_hand:
             return None
         return Scheduled(w.op.name, w.key, w.op.schedule(w.cfg, w.kind).mod["main"], "hand", None, None)
-    return Scheduled(w.op.name, w.key, records.replay(found, w).mod["main"], "tuned", found.digest, found.run_us)
+    func = records.replay(found.record, w, found.folder).mod["main"]
+    return Scheduled(w.op.name, w.key, func, "tuned", found.digest, found.run_us)
 
 
 def build(

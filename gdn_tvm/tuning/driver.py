@@ -26,7 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.build.compile import compile_func
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import get
+from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.signature import DEVICE_NAMES
 from gdn_tvm.target import device_of
 from gdn_tvm.traffic import rotating_sets, traffic
@@ -88,14 +88,7 @@ class Result:
 
 def workloads(cfg: DecodeConfig, kind: str, names: Sequence[str]) -> list[tuple[Workload, tuple[str, ...]]]:
     """The distinct workloads of `names` (deduplicated by workload key), each with the op names sharing it."""
-    by_key: dict[str, tuple[Workload, list[str]]] = {}
-    for name in names:
-        op = get(name)
-        key = op.workload_key(cfg, kind)
-        if key not in by_key:
-            by_key[key] = (workload(op, cfg, kind), [])
-        by_key[key][1].append(name)
-    return [(w, tuple(ops)) for w, ops in by_key.values()]
+    return [(workload(get(ops[0]), cfg, kind), tuple(ops)) for ops in workload_groups(cfg, kind, names).values()]
 
 
 def tune(
@@ -192,7 +185,7 @@ class _Tuner:
         rng = np.random.default_rng()
         rejected: list[str] = []
         for record in db.get_top_k(db.commit_workload(w.mod), len(db)):
-            sch = records.replay(records.Found(record, records.folder(self.root, w), ""), w)
+            sch = records.replay(record, w, records.folder(self.root, w))
             failed = check_kernel(w.op, w.cfg, compile_func(w.op, w.cfg, sch.mod["main"], self.target), rng)
             if not failed:
                 return record, rejected

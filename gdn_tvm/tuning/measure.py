@@ -110,8 +110,8 @@ def alloc_arguments(
     The runner's worker process lives through the session and calls this once per candidate: the sets (one
     random fill, copied on the device into the others, each in its own memory) are made once per workload and
     kept until the next one (the fill runs on the host; four sets of the B=32 KV caches took over a minute per
-    candidate batch on the H200 machine). Candidates update state buffers in place, so
-    later candidates see other values: the timing does not depend on them.
+    candidate batch on the H200 machine). Candidates update state buffers in place, so later candidates see
+    other values: the timing does not depend on them.
     """
     key = (
         device.dlpack_device_type(),

@@ -146,15 +146,16 @@ def lookup(root: str | Path, w: Workload) -> Found:
     return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16])
 
 
-def replay(found: Found, w: Workload) -> s_tir.Schedule:
-    """The record's trace replayed on the general function (scalar parameters stay runtime arguments)."""
+def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Schedule:
+    """`record`'s trace (from the log folder `log`) replayed on the general function (scalar parameters stay
+    runtime arguments)."""
     # `Op.definition` names it "main" already. Not `with_attr` here: a schedule over a fresh PrimFunc that shares
     # its body with `w.general` rewrites that body in place, and with it the workload tuning records refer to.
     sch = s_tir.Schedule(w.general)
     try:
-        found.record.trace.apply_to_schedule(sch, remove_postproc=False)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
     except Exception as err:  # a schedule error of any primitive in the trace
-        raise TuningLogError(f"{found.folder / RECORDS}: the trace does not replay on {w.op.name}: {err}") from err
+        raise TuningLogError(f"{log / RECORDS}: the trace does not replay on {w.op.name}: {err}") from err
     return sch
 
 

@@ -17,15 +17,16 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
+from gdn_tvm.registry import Op
 from gdn_tvm.tuning.workload import Workload
 
 # What a hand schedule may raise for a knob combination that does not fit the shape.
 REJECTED = (s_tir.ScheduleError, ValueError, AssertionError)
 
 
-def knob_grid(w: Workload) -> list[dict[str, object]]:
-    """The defaults (`{}`) followed by every combination of the schedule module's grid for `w.kind`."""
-    grid = w.op.knobs.get(w.kind, {})
+def knob_grid(op: Op, kind: str) -> list[dict[str, object]]:
+    """The defaults (`{}`) followed by every combination of `op`'s schedule-module grid for target kind `kind`."""
+    grid = op.knobs.get(kind, {})
     combos = itertools.product(*grid.values()) if grid else ()
     return [{}] + [dict(zip(grid, values, strict=True)) for values in combos]
 
@@ -45,7 +46,7 @@ def hand_designs(w: Workload, sch: s_tir.Schedule) -> tuple[list[s_tir.Schedule]
     rejected by the schedule, or giving the same program as an earlier one (a knob another stage ignores, as the
     split-KV reduce ignores `warps`, or one clamped to the shape)."""
     designs, seen, dropped = [], set(), 0
-    for knobs in knob_grid(w):
+    for knobs in knob_grid(w.op, w.kind):
         design = sch.copy()
         try:
             apply_hand(w, design, **knobs)
