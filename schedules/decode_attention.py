@@ -129,14 +129,13 @@ def cuda(
     warps: int | None = None,
     positions: int = 4,
     vector: int = 4,
-    reduce_threads: int = 64,
     reduce_unroll: int = 8,
 ) -> None:
     """warps: warps per CTA (default: as many as fit, <= 8); positions: positions per warp step;
-    vector: elements per load (4 = 16 bytes); reduce_threads: threads per (lane, head) in the reduce stage;
-    reduce_unroll: splits combined per unrolled step of the reduce stage."""
+    vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce
+    stage."""
     if stage == "reduce":
-        _cuda_reduce(sch, reduce_threads, vector, reduce_unroll)
+        _cuda_reduce(sch, vector, reduce_unroll)
         return
     warps = _warps(cfg, stage, warps, vector)
     outer = sch.get_sblock(stage)
@@ -164,8 +163,9 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, LANES])[1], "threadIdx.x")
 
 
-def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int, unroll: int) -> None:
-    """One CTA per (lane, head): threadIdx.y is the split group, threadIdx.x owns `vector`-wide pieces of D.
+def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
+    """One CTA per (lane, head, chunk of D): threadIdx.y is the split group, threadIdx.x owns a `vector`-wide
+    piece of the chunk.
 
     Each thread computes its group's max and denominator itself (a few scalars; every thread of the group writes
     the same value to shared memory) and accumulates its pieces of the group's numerator in registers over the
@@ -188,6 +188,7 @@ def _cuda_reduce(sch: s_tir.Schedule, threads: int, vector: int, unroll: int) ->
     g, d, i = sch.get_loops(blk)[-3:]
     groups = int(sch.get(g).extent)
     sch.bind(g, "threadIdx.y")
+    threads = int(sch.get(d).extent) // vector
     dl, tx, v = sch.split(d, factors=[None, threads, vector])
     io, ii = sch.split(i, factors=[None, unroll])
     sch.reorder(tx, dl, io, ii, v)

@@ -15,10 +15,10 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_OP
 
-# 12 splits: more than the reduce's 8 split groups, so some groups merge several splits and, at short lengths,
-# some are empty.
-CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=96, split_len=8)
-SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, CFG.max_len]
+# 40 splits: more than the reduce's 32 split groups, so some groups merge several splits and, at short lengths,
+# some are empty; D spreads over 4 reduce chunks.
+CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=320, split_len=8)
+SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, 270, CFG.max_len]
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,8 @@ from gdn_tvm.signature import Arg
 
 STAGES = ("unsplit", "split", "reduce")
 TILE_MAX = 64
-REDUCE_GROUPS = 8  # split groups the reduce merges independently before merging the groups
+REDUCE_GROUPS = 32  # split groups the reduce merges independently before merging the groups
+REDUCE_CHUNK = 64  # elements of D per reduce block (a head's D spreads over D / REDUCE_CHUNK blocks)
 
 
 def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
@@ -312,13 +313,16 @@ def _unsplit(cfg: DecodeConfig, indirect: bool):
 
 
 def _reduce(cfg: DecodeConfig):
-    """The valid splits `j < n` fall into `GS` groups (`j = g + GS*i`, `i < ceil(n / GS)`, masked to `j < n`: the
-    other splits hold stale values or lie past the buffer): per group a partial max, denominator and numerator
-    (`part_max`, `part_den`, `part_num`), then the groups holding a split (`g < n`) merge (`max`, `den`,
-    `num`) and `normalize`. The groups give a schedule `GS` independent chains of loads in flight per element;
-    one chain over hundreds of splits was latency-bound (34 us for 256 splits on the H200)."""
+    """Per (lane, head, `DC`-wide chunk of D) one block: the valid splits `j < n` fall into `GS` groups
+    (`j = g + GS*i`, `i < ceil(n / GS)`, masked to `j < n`: the other splits hold stale values or lie past the
+    buffer); per group a partial max, denominator and numerator (`part_max`, `part_den`, `part_num`), then the
+    groups holding a split (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its
+    head's maxima and denominators (a few scalars a split). The groups are independent chains of loads (one chain
+    over 256 splits took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC`
+    elements per CTA within the thread limit and spread a head over `D / DC` CTAs."""
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
-    GS = min(REDUCE_GROUPS, NS)
+    GS, DC = min(REDUCE_GROUPS, NS), min(REDUCE_CHUNK, D)
+    NC = D // DC
 
     @T.prim_func(s_tir=True)
     def decode_attention_reduce(
@@ -330,26 +334,26 @@ def _reduce(cfg: DecodeConfig):
         out: T.Buffer((B, Hq, D), "float32"),
     ):
         T.func_attr({"tirx.noalias": True})
-        for b, h in T.grid(B, Hq):
+        for b, h, c in T.grid(B, Hq, NC):
             n = positions[b] // SL + 1  # valid splits
             for _ in range(T.Select(slots[b] >= 0, 1, 0)):  # skipped lanes exit early
                 with T.sblock("reduce"):
-                    vb, vh = T.axis.remap("SS", [b, h])
-                    pmx = T.sblock_alloc_buffer((B, Hq, GS))
-                    pden = T.sblock_alloc_buffer((B, Hq, GS))
-                    pnum = T.sblock_alloc_buffer((B, Hq, GS, D))
-                    mx = T.sblock_alloc_buffer((B, Hq))
-                    den = T.sblock_alloc_buffer((B, Hq))
-                    num = T.sblock_alloc_buffer((B, Hq, D))
+                    vb, vh, vc = T.axis.remap("SSS", [b, h, c])
+                    pmx = T.sblock_alloc_buffer((B, Hq, NC, GS))
+                    pden = T.sblock_alloc_buffer((B, Hq, NC, GS))
+                    pnum = T.sblock_alloc_buffer((B, Hq, NC, GS, DC))
+                    mx = T.sblock_alloc_buffer((B, Hq, NC))
+                    den = T.sblock_alloc_buffer((B, Hq, NC))
+                    num = T.sblock_alloc_buffer((B, Hq, NC, DC))
                     for g in range(GS):
                         for i in range((n + GS - 1) // GS):
                             with T.sblock("part_max"):
                                 vg = T.axis.spatial(GS, g)
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
-                                    pmx[vb, vh, vg] = T.min_value("float32")
-                                pmx[vb, vh, vg] = T.max(
-                                    pmx[vb, vh, vg],
+                                    pmx[vb, vh, vc, vg] = T.min_value("float32")
+                                pmx[vb, vh, vc, vg] = T.max(
+                                    pmx[vb, vh, vc, vg],
                                     T.if_then_else(vg + vi * GS < n, m[vb, vh, vg + vi * GS], T.min_value("float32")),
                                 )
                     for g in range(GS):
@@ -358,47 +362,51 @@ def _reduce(cfg: DecodeConfig):
                                 vg = T.axis.spatial(GS, g)
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
-                                    pden[vb, vh, vg] = T.float32(0)
-                                pden[vb, vh, vg] = pden[vb, vh, vg] + T.if_then_else(
+                                    pden[vb, vh, vc, vg] = T.float32(0)
+                                pden[vb, vh, vc, vg] = pden[vb, vh, vc, vg] + T.if_then_else(
                                     vg + vi * GS < n,
-                                    T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vg]) * l[vb, vh, vg + vi * GS],
+                                    T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vc, vg]) * l[vb, vh, vg + vi * GS],
                                     T.float32(0),
                                 )
-                    for g, d in T.grid(GS, D):
+                    for g, d in T.grid(GS, DC):
                         for i in range((n + GS - 1) // GS):
                             with T.sblock("part_num"):
                                 vg, vd = T.axis.remap("SS", [g, d])
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
-                                    pnum[vb, vh, vg, vd] = T.float32(0)
-                                pnum[vb, vh, vg, vd] = pnum[vb, vh, vg, vd] + T.if_then_else(
+                                    pnum[vb, vh, vc, vg, vd] = T.float32(0)
+                                pnum[vb, vh, vc, vg, vd] = pnum[vb, vh, vc, vg, vd] + T.if_then_else(
                                     vg + vi * GS < n,
-                                    T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vg]) * acc[vb, vh, vg + vi * GS, vd],
+                                    T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vc, vg])
+                                    * acc[vb, vh, vg + vi * GS, vc * DC + vd],
                                     T.float32(0),
                                 )
                     for g in range(T.min(GS, n)):  # the groups holding a split (g < n)
                         with T.sblock("max"):
                             vg = T.axis.reduce(GS, g)
                             with T.init():
-                                mx[vb, vh] = T.min_value("float32")
-                            mx[vb, vh] = T.max(mx[vb, vh], pmx[vb, vh, vg])
+                                mx[vb, vh, vc] = T.min_value("float32")
+                            mx[vb, vh, vc] = T.max(mx[vb, vh, vc], pmx[vb, vh, vc, vg])
                     for g in range(T.min(GS, n)):
                         with T.sblock("den"):
                             vg = T.axis.reduce(GS, g)
                             with T.init():
-                                den[vb, vh] = T.float32(0)
-                            den[vb, vh] = den[vb, vh] + T.exp(pmx[vb, vh, vg] - mx[vb, vh]) * pden[vb, vh, vg]
-                    for d, g in T.grid(D, T.min(GS, n)):
+                                den[vb, vh, vc] = T.float32(0)
+                            den[vb, vh, vc] = den[vb, vh, vc] + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pden[
+                                vb, vh, vc, vg
+                            ]
+                    for d, g in T.grid(DC, T.min(GS, n)):
                         with T.sblock("num"):
                             vd, vg = T.axis.remap("SR", [d, g])
                             with T.init():
-                                num[vb, vh, vd] = T.float32(0)
-                            num[vb, vh, vd] = (
-                                num[vb, vh, vd] + T.exp(pmx[vb, vh, vg] - mx[vb, vh]) * pnum[vb, vh, vg, vd]
+                                num[vb, vh, vc, vd] = T.float32(0)
+                            num[vb, vh, vc, vd] = (
+                                num[vb, vh, vc, vd]
+                                + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pnum[vb, vh, vc, vg, vd]
                             )
-                    for d in range(D):
+                    for d in range(DC):
                         with T.sblock("normalize"):
-                            vd = T.axis.spatial(D, d)
-                            out[vb, vh, vd] = num[vb, vh, vd] / den[vb, vh]
+                            vd = T.axis.spatial(DC, d)
+                            out[vb, vh, vc * DC + vd] = num[vb, vh, vc, vd] / den[vb, vh, vc]
 
     return decode_attention_reduce
