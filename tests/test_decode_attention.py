@@ -10,6 +10,7 @@ from conftest import assert_close
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.ops.decode_attention import reduce_layout
 from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_reduce, decode_attention_split
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
@@ -18,6 +19,8 @@ from gdn_tvm.verify import TOL_OP
 # 40 splits: more than the reduce's 32 split groups, so some groups merge several splits and, at short lengths,
 # some are empty; D spreads over 4 reduce chunks.
 CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=320, split_len=8)
+# 8 x 16 = 128 (lane, head) rows: the reduce's other layout, one block per (lane, head) in 8 groups of 12 splits.
+WIDE = DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=8, max_len=96, split_len=8)
 SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, 270, CFG.max_len]
 
 
@@ -94,3 +97,24 @@ def test_reduce_never_reads_empty_splits(kernels, rng):
     out = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan, np.float32)
     kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
     assert np.isfinite(out[x["slots"] >= 0]).all() and np.isnan(out[x["slots"] < 0]).all()
+
+
+def test_reduce_wide_layout(rng):
+    """The many-rows layout against the reference on random partials (NaN on the splits past each sequence)."""
+    assert reduce_layout(CFG) == (32, 64) and reduce_layout(WIDE) == (8, WIDE.model.head_dim)
+    shape = (WIDE.batch, WIDE.model.n_q_heads, WIDE.n_splits)
+    positions = rng.integers(0, WIDE.max_len, WIDE.batch).astype(np.int32)
+    positions[:3] = [0, WIDE.split_len, WIDE.max_len - 1]
+    past = np.broadcast_to(np.arange(WIDE.n_splits) > (positions // WIDE.split_len)[:, None, None], shape)
+    parts = {"m": rng.standard_normal(shape), "l": rng.uniform(0.5, 2.0, shape),
+             "acc": rng.standard_normal(shape + (WIDE.model.head_dim,))}  # fmt: skip
+    for v in parts.values():
+        v[past] = np.nan
+    slots = np.arange(WIDE.batch, dtype=np.int32)
+    slots[3] = -1
+    out = np.full((WIDE.batch, WIDE.model.n_q_heads, WIDE.model.head_dim), np.nan, np.float32)
+    kernel = compile_op(OPS["decode_attention_reduce"], WIDE, llvm())
+    kernel(**{k: v.astype(np.float32) for k, v in parts.items()}, slots=slots, positions=positions, out=out)
+    ref = np.full(out.shape, np.nan)
+    decode_attention_reduce(**parts, slots=slots, positions=positions, out=ref, split_len=WIDE.split_len)
+    assert_close(out, ref, TOL_OP, "reduce.out (wide layout)")

@@ -33,8 +33,7 @@ from gdn_tvm.signature import Arg
 
 STAGES = ("unsplit", "split", "reduce")
 TILE_MAX = 64
-REDUCE_GROUPS = 32  # split groups the reduce merges independently before merging the groups
-REDUCE_CHUNK = 64  # elements of D per reduce block (a head's D spreads over D / REDUCE_CHUNK blocks)
+REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block per (lane, head) fills the GPU
 
 
 def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
@@ -312,6 +311,19 @@ def _unsplit(cfg: DecodeConfig, indirect: bool):
     return decode_attention
 
 
+def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
+    """(split groups, elements of D per block) of the reduce, by its count of (lane, head) rows.
+
+    Few rows (B=1): 32 groups x 64-wide chunks, so a head spreads over D / 64 blocks of 32 groups x 16 float4
+    threads (qwen3.5-4b at 32k on the H200: 15.1 us; one block of 8 groups a head took 23.5 us). Many rows
+    (B=32): one block per (lane, head) of 8 groups x all of D (10.8 us at qwen3.5-4b B=32, 4096 positions; the
+    chunked layout took 30.0 us there, its blocks too small)."""
+    B, _, _, Hq, _, D, _, NS = _sizes(cfg)
+    if B * Hq < REDUCE_WIDE_ROWS:
+        return min(32, NS), min(64, D)
+    return min(8, NS), D
+
+
 def _reduce(cfg: DecodeConfig):
     """Per (lane, head, `DC`-wide chunk of D) one block: the valid splits `j < n` fall into `GS` groups
     (`j = g + GS*i`, `i < ceil(n / GS)`, masked to `j < n`: the other splits hold stale values or lie past the
@@ -321,7 +333,7 @@ def _reduce(cfg: DecodeConfig):
     over 256 splits took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC`
     elements per CTA within the thread limit and spread a head over `D / DC` CTAs."""
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
-    GS, DC = min(REDUCE_GROUPS, NS), min(REDUCE_CHUNK, D)
+    GS, DC = reduce_layout(cfg)
     NC = D // DC
 
     @T.prim_func(s_tir=True)
