@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 
 import numpy as np
@@ -21,10 +22,12 @@ from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
 from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels, schedule_summary
-from benchmarks.timing import time_eager, time_graph
+from benchmarks.timing import REPEATS, time_eager
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.traffic import LAUNCHES
 
 
 class TorchStack:
@@ -86,12 +89,16 @@ def state_bytes(stack: HybridStack, position: int) -> int:
 
 
 def kernel_breakdown(stack: HybridStack) -> list[dict]:
-    """Every launch of the step's plan timed alone, graph-replayed on the step's own buffers (L2-hot, as inside
-    the step): where a layer's time goes."""
+    """Every launch of the step's plan timed alone on the step's own buffers (L2-hot, as inside the step): where
+    a layer's time goes. LAUNCHES launches of it are captured as one graph through the runtime's own capture
+    (the plan's arguments are TVM tensors, which a torch capture stream never sees); median of REPEATS replays."""
     rows = []
     for layer in stack.layers:
         for name, (func, args) in zip(layer.launched, layer.plan, strict=True):
-            rows.append({"kernel": name, "us": round(time_graph(lambda _, f=func, a=args: f(*a), 1), 2)})
+            graph = CudaGraph(lambda f=func, a=args: [f(*a) for _ in range(LAUNCHES)])
+            graph.replay()
+            us = statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
+            rows.append({"kernel": name, "us": round(us, 2)})
     return rows
 
 
