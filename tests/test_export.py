@@ -138,6 +138,7 @@ def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
 # The shapes whose every workload has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
 COMMITTED_CUDA_LOGS = {
     "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
+    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
     "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
     "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32),
 }
