@@ -404,9 +404,9 @@ def _reduce(cfg: DecodeConfig):
                             vg = T.axis.reduce(GS, g)
                             with T.init():
                                 den[vb, vh, vc] = T.float32(0)
-                            den[vb, vh, vc] = den[vb, vh, vc] + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pden[
-                                vb, vh, vc, vg
-                            ]
+                            den[vb, vh, vc] = (
+                                den[vb, vh, vc] + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pden[vb, vh, vc, vg]
+                            )
                     for d, g in T.grid(DC, T.min(GS, n)):
                         with T.sblock("num"):
                             vd, vg = T.axis.remap("SR", [d, g])
