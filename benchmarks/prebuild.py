@@ -15,7 +15,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.configs import OP_BATCHES, OP_PRESET, STEP_BATCHES, STEP_PRESETS, op_config, step_config
+from benchmarks.configs import (
+    DELTA_BATCHES,
+    OP_BATCHES,
+    OP_PRESET,
+    STEP_BATCHES,
+    STEP_PRESETS,
+    op_config,
+    step_config,
+)
 from gdn_tvm.build.export import build
 from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.runtime.layers import kernel_names
@@ -29,9 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
     args = p.parse_args(argv)
     wanted: dict[str, tuple] = {}  # one module per config, holding every op any benchmark needs of it
-    for cfg, names in [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES] + [
-        (cfg, kernel_names(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)
-    ]:
+    for cfg, names in (
+        [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES]
+        + [(op_config(OP_PRESET, b), ["delta_rule"]) for b in DELTA_BATCHES]
+        + [(cfg, kernel_names(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
+    ):
         _, have = wanted.setdefault(cfg.key, (cfg, []))
         have.extend(n for n in names if n not in have)
     with tempfile.TemporaryDirectory() as no_logs:

@@ -80,21 +80,27 @@ def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
 
 
 def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
-    """(The timer is faked here: no GPU.) One row per launch, in plan order, each timing that launch's call."""
+    """(The graph is faked here: no GPU.) One row per launch, in plan order, each timing a graph of LAUNCHES calls
+    of that launch."""
     cfg = CASES["0.8b-B1"]
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
     stack.write_inputs(np.zeros((1, cfg.model.hidden), np.float32), [0], [-1])  # every lane skipped: no state change
-    calls = []
+    captured = []
 
-    def fake_time_graph(fn, sets):
-        calls.append(sets)
-        fn(0)
-        return float(len(calls))
+    class FakeGraph:
+        def __init__(self, run):
+            captured.append(len(run()))  # the capture runs the launch LAUNCHES times
 
-    monkeypatch.setattr(steps, "time_graph", fake_time_graph)
+        def replay(self):
+            pass
+
+        def elapsed(self, replays):
+            return replays * len(captured) * steps.LAUNCHES / 1e6  # graph n: n us a launch
+
+    monkeypatch.setattr(steps, "CudaGraph", FakeGraph)
     rows = steps.kernel_breakdown(stack)
     assert [r["kernel"] for r in rows] == [n for layer in stack.layers for n in layer.launched]
-    assert [r["us"] for r in rows] == list(range(1, len(rows) + 1)) and calls == [1] * len(rows)
+    assert [r["us"] for r in rows] == list(range(1, len(rows) + 1)) and captured == [steps.LAUNCHES] * len(rows)
     assert "delta_rule" in {r["kernel"] for r in rows} and "decode_attention_reduce" in {r["kernel"] for r in rows}
 
 
