@@ -95,7 +95,7 @@ def kernel_breakdown(stack: HybridStack) -> list[dict]:
     rows = []
     for layer in stack.layers:
         for name, (func, args) in zip(layer.launched, layer.plan, strict=True):
-            graph = CudaGraph(lambda f=func, a=args: [f(*a) for _ in range(LAUNCHES)])
+            graph = CudaGraph(lambda f=func, a=args: [f(*a) for _ in range(LAUNCHES)], LAUNCHES)
             graph.replay()
             us = statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
             rows.append({"kernel": name, "us": round(us, 2)})

@@ -88,8 +88,9 @@ def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
     captured = []
 
     class FakeGraph:
-        def __init__(self, run):
+        def __init__(self, run, launches):
             captured.append(len(run()))  # the capture runs the launch LAUNCHES times
+            assert launches == steps.LAUNCHES
 
         def replay(self):
             pass

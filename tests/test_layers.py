@@ -197,3 +197,33 @@ def test_kernel_names_are_exactly_what_the_plans_launch(case):
     stack = make_stack(case, ("gdn", "attention"), seed=0)
     for layer in stack.layers:
         assert sorted(set(layer.launched)) == sorted(kernel_names(stack.cfg, (layer.kind,)))
+
+
+class _FakeCudart:
+    """The cuda-bindings runtime calls CudaGraph makes, with a capture that records `nodes` nodes (no GPU)."""
+
+    class cudaStreamCaptureMode:  # noqa: N801 (the bindings' name)
+        cudaStreamCaptureModeThreadLocal = 1
+
+    def __init__(self, nodes: int):
+        self.nodes = nodes
+
+    def cudaGraphGetNodes(self, graph, count):  # noqa: N802
+        return 0, [], self.nodes
+
+    def __getattr__(self, name):  # every other call succeeds, returning a handle
+        return lambda *args: (0, 7)
+
+
+@pytest.mark.parametrize("nodes", [0, 2])
+def test_graph_capture_missing_launches_is_an_error(monkeypatch, nodes):
+    """A capture holding fewer nodes than the plan's calls (a call launched on another stream ran once, eagerly,
+    and replays would skip it) raises instead of replaying a partial step."""
+    import cuda.bindings
+
+    from gdn_tvm.runtime.graph import CudaGraph
+
+    monkeypatch.setattr(cuda.bindings, "runtime", _FakeCudart(nodes))
+    with pytest.raises(RuntimeError, match=f"recorded {nodes} nodes for 3 kernel calls"):
+        CudaGraph(lambda: None, 3)
+    assert CudaGraph(lambda: None, nodes).exec == 7  # as many nodes as calls: instantiated

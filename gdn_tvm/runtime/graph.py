@@ -20,14 +20,15 @@ def _check(result):
 
 
 class CudaGraph:
-    """`CudaGraph(run)` captures `run()` once on its own stream; `replay()` launches the graph.
+    """`CudaGraph(run, launches)` captures `run()` once on its own stream; `replay()` launches the graph.
 
     The stream is a blocking one, ordered with the legacy default stream that host<->device copies use,
     so inputs written with `copyfrom` before `replay()` are seen by the graph and results read after it
-    are complete.
+    are complete. `run()` makes `launches` kernel calls: a graph holding fewer nodes is an error (a call that
+    went to another stream ran once, eagerly, and would be missing from every replay).
     """
 
-    def __init__(self, run: Callable[[], None], device_id: int = 0):
+    def __init__(self, run: Callable[[], object], launches: int, device_id: int = 0):
         from cuda.bindings import runtime as cudart
 
         self._cudart = cudart
@@ -43,6 +44,12 @@ class CudaGraph:
         finally:
             graph = _check(cudart.cudaStreamEndCapture(self.stream))
         self.graph = graph
+        _, nodes = _check(cudart.cudaGraphGetNodes(graph, 0))
+        if nodes < launches:
+            raise RuntimeError(
+                f"CUDA graph capture recorded {nodes} nodes for {launches} kernel calls: "
+                "a call launched outside the capturing stream"
+            )
         self.exec = _check(cudart.cudaGraphInstantiate(graph, 0))
 
     def replay(self) -> None:

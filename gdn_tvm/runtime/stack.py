@@ -87,7 +87,8 @@ class HybridStack:
         skip = np.full(self.cfg.batch, -1, np.int32)
         self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
         self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes
-        self.graph = CudaGraph(self.run, self.device.index)
+        launches = sum(len(layer.plan) for layer in self.layers)
+        self.graph = CudaGraph(self.run, launches, self.device.index)
 
     def step_graph(self, x, positions, slots) -> tvm.runtime.Tensor:
         """One decode step by CUDA-graph replay (call `capture()` once first); same results as `step`."""
