@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
-#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps]
+#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps] [ncu:...]
 # tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS instead of the tests folder, e.g. one file per GPU);
 # tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the start if set (the logs come back as
 # a tarball, also after a stop; a later run resumes them); ops[:ARGS]: the op benchmark (ARGS: more of its
-# arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark.
+# arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark;
+# ncu:OP BATCH [POSITION]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
 # Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
 # and execnet to run the GPU tests in H200_TEST_JOBS (default 6) workers;
@@ -55,6 +56,13 @@ for part in "${parts[@]}"; do
         timeout $((deadline - SECONDS)) python3 -m gdn_tvm.tune --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
             status=1
         tar czf "$out/tuning_logs_cuda.tgz" tuning_logs/cuda  # also after a timeout: the next run resumes
+        ;;
+    ncu:*)  # "ncu:OP BATCH [POSITION]": Nsight Compute on OP's kernels at that batch (the op benchmark's shapes)
+        read -r op batch position <<<"${part#ncu:}"
+        ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+            --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            python3 -m benchmarks.profile --op "$op" --batch "${batch:-1}" ${position:+--position "$position"} \
+            ${library[@]+"${library[@]}"} >"$out/ncu_${op}_b${batch:-1}.txt" 2>&1 || status=1
         ;;
     *) echo "unknown part $part" >&2; status=2 ;;
     esac

@@ -9,7 +9,7 @@ import torch
 import tvm
 from conftest import CASES, assert_close
 
-from benchmarks import steps, torch_ops
+from benchmarks import profile, steps, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -127,3 +127,10 @@ def test_recorded_commands_name_output_files_without_machine_paths():
         "--library",
         "build/bench/hand",
     ]
+
+
+def test_profile_rejects_a_position_past_the_cache(capsys):
+    """The ncu harness names a bad --position before it compiles or touches a GPU."""
+    with pytest.raises(SystemExit):
+        profile.main(["--op", "decode_attention_split", "--batch", "1", "--position", "32768"])
+    assert "--position 32768 is outside the cache's 32768 rows" in capsys.readouterr().err

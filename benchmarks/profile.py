@@ -1,0 +1,48 @@
+"""One op's kernel launched a few times on the op benchmark's inputs, for Nsight Compute: where its time goes.
+
+ncu --clock-control none --section SpeedOfLight ... python -m benchmarks.profile --op decode_attention_split \
+    [--batch 1] [--position P] [--library build/bench/hand] [--launches 3]
+(`benchmarks/h200.sh OUT "ncu:OP BATCH [POSITION]"` runs it under ncu). Inputs as in `benchmarks.run`: every lane
+active, every sequence at the last cache row unless `--position` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+
+from benchmarks.configs import OP_PRESET, op_config
+from benchmarks.run import inputs, kernels_for
+from gdn_tvm.registry import OPS
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default=OP_PRESET)
+    p.add_argument("--op", required=True, choices=sorted(OPS))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--position", type=int, help="every lane's position (default: the last cache row)")
+    p.add_argument("--library", help="build root of prebuilt CUDA modules (default: compile here)")
+    p.add_argument("--launches", type=int, default=3)
+    args = p.parse_args(argv)
+    cfg = op_config(args.preset, args.batch)
+    if args.position is not None and not 0 <= args.position < cfg.max_len:
+        p.error(f"--position {args.position} is outside the cache's {cfg.max_len} rows")
+    kernel = kernels_for(cfg, [args.op], args.library)[args.op]
+    values = inputs(OPS[args.op], cfg, np.random.default_rng(0))
+    for name in ("pos", "positions"):
+        if args.position is not None and name in values:
+            v = values[name]
+            values[name] = v.fill_(args.position) if isinstance(v, torch.Tensor) else args.position
+    for _ in range(args.launches):
+        kernel.launch(values)
+    torch.cuda.synchronize()
+    print(f"{args.op} {cfg.key}: {args.launches} launches", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
