@@ -18,7 +18,7 @@ LANES = 32
 SHARED_BYTES = 48 * 1024
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"warps": (2, 4, 8), "positions": (2, 4, 8)}
+KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8)}
 
 
 def _lanes(sch: s_tir.Schedule, loop, vector: int):

@@ -35,6 +35,20 @@ def test_cuda_codegen(name, case):
     assert "__global__" in src
 
 
+@pytest.mark.parametrize("positions", [2, 4])
+def test_split_kv_lowers_with_sixteen_warps(positions):
+    """The knob grid's largest CTA (512 threads, for B=1, where more warps in flight kept helping on the H200)
+    lowers; with nvcc, it compiles and fits sm_90's 48 KiB of static shared memory."""
+    sch = OPS["decode_attention_split"].schedule(CUDA_CASES["4b-B1"], "cuda", warps=16, positions=positions)
+    ex = compile_mod(sch.mod, cuda())
+    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
+    src = dev_mod.inspect_source("cuda")
+    assert "__launch_bounds__(512)" in src
+    if shutil.which("nvcc"):
+        with cuda():
+            nvcc.compile_cuda(src, target_format="cubin", compiler="nvcc")
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("name", OPS)
 def test_cuda_ptx_sm90(name):
