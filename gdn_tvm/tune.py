@@ -1,7 +1,8 @@
 """`python -m gdn_tvm.tune` (`make tune`): MetaSchedule-tune every registry workload of a preset for a target.
 
 Defaults: the bundled default preset at batch 1; CUDA (sm_90) when a GPU is present, else llvm with this
-machine's cores; `BUDGETS[kind].trials` candidates per workload (llvm 8, cuda 16). Logs go to
+machine's cores; `BUDGETS[kind].trials` candidates per workload (llvm 8, cuda 16; on CUDA 4x that for the
+FLOP-bound GEMVs of 8 lanes or more, `driver.flop_bound`, unless `--trials` is given). Logs go to
 `<work-dir>/<workload key>/`; workloads already recorded are skipped (`--force` tunes them further), and an
 interrupted run resumes where it stopped.
 """

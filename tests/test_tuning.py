@@ -3,6 +3,7 @@ load the exported module and compare every op with its reference; resume, --forc
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -228,3 +229,21 @@ def test_replay_leaves_the_workload_untouched(tuned_logs):
     found = records.lookup(tuned_logs, w)
     records.replay(found.record, w, found.folder)
     assert (w.mod.script(), w.general.script()) == (before, general)
+
+
+def test_flop_bound_gemvs_get_the_deeper_search_by_default(tmp_path, monkeypatch):
+    """GEMVs of >= 8 lanes search `deep` times the default trials; other ops, and an explicit --trials, do not."""
+    asked = {}
+
+    def search(self, w, db, trials, work_dir):
+        asked[w.op.name] = trials
+        return ""
+
+    monkeypatch.setattr(driver._Tuner, "_search", search)
+    monkeypatch.setitem(driver.BUDGETS, "llvm", dataclasses.replace(driver.BUDGETS["llvm"], trials=2, deep=3))
+    cfg8 = CFG.replace(batch=8, slots=8)
+    tune(cfg8, llvm(), ("gemv_in_proj_b", "sigmoid_gate"), tmp_path / "default", echo=quiet)
+    assert asked == {"gemv_in_proj_b": 6, "sigmoid_gate": 2}
+    tune(cfg8, llvm(), ("gemv_in_proj_b",), tmp_path / "explicit", trials=2, echo=quiet)
+    assert asked["gemv_in_proj_b"] == 2
+    assert not driver.flop_bound(workload(OPS["gemv_in_proj_b"], CFG, "llvm"))
