@@ -109,8 +109,10 @@ def tune(
 ) -> list[Result]:
     """Tune every distinct workload of `names` into `<root>/<workload key>/`; returns one result per workload."""
     budget = BUDGETS[target.kind.name]
-    given = trials is not None
-    tuner = _Tuner(target, budget, Path(root), trials if given else budget.trials, 1 if given else budget.deep, force)
+    if trials is None:
+        tuner = _Tuner(target, budget, Path(root), budget.trials, budget.deep, force)
+    else:
+        tuner = _Tuner(target, budget, Path(root), trials, 1, force)
     results = []
     for w, ops in workloads(cfg, target.kind.name, names):
         start = time.perf_counter()
