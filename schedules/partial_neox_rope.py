@@ -7,7 +7,7 @@ from tvm import s_tir
 from gdn_tvm.config import DecodeConfig
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"heads_per_block": (1, 2, 4)}
+KNOBS = {"heads_per_block": (1, 2, 4, 0), "shared_angles": (False, True)}
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, vector: int = 8) -> None:
@@ -20,26 +20,43 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, vector:
 
 
 def cuda(
-    sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, heads_per_block: int = 1, vector: int = 4
+    sch: s_tir.Schedule,
+    cfg: DecodeConfig,
+    indirect: bool = False,
+    heads_per_block: int = 1,
+    vector: int = 4,
+    shared_angles: bool = False,
 ) -> None:
-    """Grid (B*(Hq+Hkv)/heads_per_block), block (32, heads_per_block): a warp per head.
+    """Grid (B*(Hq+Hkv)/heads_per_block), block (32, heads_per_block): a warp per head (heads_per_block 0: all
+    Hq+Hkv heads of a lane in one block).
 
     Lane i computes cos/sin of pair i in float64 (registers), rotates (x_i, x_{i+n_rot/2}) with
-    coalesced scalar loads, then the warp copies the `D - n_rot` other dims as float4s.
+    coalesced scalar loads, then the warp copies the `D - n_rot` other dims as float4s. With `shared_angles`
+    the first warp computes a block's cos/sin once into shared memory for all its warps: the float64 pow, cos
+    and sin are most of the work at large B, and every head of a lane shares them.
     """
+    heads = heads_per_block or cfg.model.n_q_heads + cfg.model.n_kv_heads
     angle, rotate, copy = (sch.get_sblock(n) for n in ("angle", "rotate", "copy"))
     b, h, i = sch.get_loops(rotate)
-    bx, ty = sch.split(sch.fuse(b, h), factors=[None, heads_per_block])
+    bx, ty = sch.split(sch.fuse(b, h), factors=[None, heads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     _lanes(sch, i)
     d, v = sch.split(sch.get_loops(copy)[-1], factors=[None, vector])
     _lanes(sch, d)
     sch.vectorize(v)
-    sch.compute_at(angle, ty)
-    _lanes(sch, sch.get_loops(angle)[-1])
+    if shared_angles:
+        sch.compute_at(angle, bx)
+        _, warp, lane = sch.split(sch.get_loops(angle)[-1], factors=[None, heads, 32])
+        sch.bind(warp, "threadIdx.y")  # pairs beyond the first warp's 32 lanes: none for n_rot <= 64
+        sch.bind(lane, "threadIdx.x")
+        scope = "shared"
+    else:
+        sch.compute_at(angle, ty)
+        _lanes(sch, sch.get_loops(angle)[-1])
+        scope = "local"
     for buffer_index in (0, 1):
-        sch.set_scope(angle, buffer_index, "local")
+        sch.set_scope(angle, buffer_index, scope)
 
 
 def _lanes(sch: s_tir.Schedule, loop) -> None:

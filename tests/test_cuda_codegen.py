@@ -20,10 +20,10 @@ CUDA_CASES = {
 }
 
 
-def cuda_source(name: str, cfg: DecodeConfig) -> str:
-    """The CUDA C++ of `name`'s hand schedule (source only: no GPU here)."""
+def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
+    """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
     target = cuda()
-    ex = compile_mod(OPS[name].schedule(cfg, "cuda").mod, target)
+    ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, target)
     (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
     return dev_mod.inspect_source("cuda")
 
@@ -39,14 +39,22 @@ def test_cuda_codegen(name, case):
 def test_split_kv_lowers_with_sixteen_warps(positions):
     """The knob grid's largest CTA (512 threads, for B=1, where more warps in flight kept helping on the H200)
     lowers; with nvcc, it compiles and fits sm_90's 48 KiB of static shared memory."""
-    sch = OPS["decode_attention_split"].schedule(CUDA_CASES["4b-B1"], "cuda", warps=16, positions=positions)
-    ex = compile_mod(sch.mod, cuda())
-    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
-    src = dev_mod.inspect_source("cuda")
+    src = cuda_source("decode_attention_split", CUDA_CASES["4b-B1"], warps=16, positions=positions)
     assert "__launch_bounds__(512)" in src
     if shutil.which("nvcc"):
         with cuda():
             nvcc.compile_cuda(src, target_format="cubin", compiler="nvcc")
+
+
+@pytest.mark.parametrize("heads_per_block", [0, 4])
+def test_rope_shared_angles_are_computed_once_per_block(heads_per_block):
+    """With `shared_angles` the first warp alone evaluates the float64 angles, into shared memory, and one barrier
+    orders them before the rotations (0 heads per block: all 20 heads of a qwen3.5-4b lane in one block)."""
+    cfg = CUDA_CASES["4b-B1"]
+    src = cuda_source("partial_neox_rope_indirect", cfg, heads_per_block=heads_per_block, shared_angles=True)
+    threads = 32 * (heads_per_block or cfg.model.n_q_heads + cfg.model.n_kv_heads)
+    assert f"__launch_bounds__({threads})" in src and "cos_shared" in src
+    assert src.count("__syncthreads()") == 1 and "threadIdx.y) < 1)" in src
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
