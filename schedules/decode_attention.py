@@ -5,7 +5,8 @@ and kv head): `warps` warps x 32 lanes. Scores: one warp per position (`position
 step), each lane loads `D / (32*vector)` vector-wide pieces of the K row once for the G query heads of its kv head,
 in-thread dot products then a warp-shuffle reduction, into shared memory. Max and sum over the chunk: all threads,
 cross-thread reductions. Values: the same row-per-warp layout over V, per-warp partial sums in registers (rfactor),
-summed across warps through shared memory. Reduce: one CTA per (lane, head), threads over D.
+summed across warps through shared memory. Reduce: one CTA per (lane, head, chunk of D) (the definition's
+`reduce_layout`), split groups on threadIdx.y, float4s of the chunk on threadIdx.x.
 """
 
 from __future__ import annotations
