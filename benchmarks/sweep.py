@@ -1,8 +1,10 @@
 """Time an op's hand schedule over its knob grid (`KNOBS` of schedules/<op>.py) on the GPU.
 
-python -m benchmarks.sweep --op delta_rule --batches 1 32 [--preset qwen3.5-4b] [--out FILE]
+python -m benchmarks.sweep --op delta_rule --batches 1 32 [--preset qwen3.5-4b] [--max-len L] [--split-len S]
+    [--out FILE]
 Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON; it is how
-the hand schedules' default knobs were chosen.
+the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
+and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from gdn_tvm.traffic import rotating_sets, traffic
 from gdn_tvm.tuning.space import knob_grid
 
 
-def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[dict]:
+def sweep(name: str, preset: str, batch: int, rng: np.random.Generator, **shape) -> list[dict]:
+    """Every knob-grid design of `name` at the op benchmark's shape for `batch`, with `shape` (max_len, split_len)
+    replaced where given."""
     op = OPS[name]
-    cfg = op_config(preset, batch)
+    cfg = op_config(preset, batch).replace(**{k: v for k, v in shape.items() if v is not None})
     nbytes = traffic(op, cfg)
     sets = rotating_sets(nbytes)
     value_sets = input_sets(op, cfg, rng, sets)
@@ -38,8 +42,8 @@ def sweep(name: str, preset: str, batch: int, rng: np.random.Generator) -> list[
             print(f"{name} B={batch} {combo}: rejected ({type(e).__name__})", flush=True)
             continue
         us = time_kernel(kernel, value_sets)
-        rows.append({"op": name, "batch": batch, "knobs": combo or "defaults", "us": round(us, 3),
-                     "gbps": round(gbps(nbytes, us), 1)})  # fmt: skip
+        rows.append({"op": name, "batch": batch, "max_len": cfg.max_len, "split_len": cfg.split_len,
+                     "knobs": combo or "defaults", "us": round(us, 3), "gbps": round(gbps(nbytes, us), 1)})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -49,10 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", required=True)
     p.add_argument("--preset", default="qwen3.5-4b")
     p.add_argument("--batches", type=int, nargs="+", default=[1])
+    p.add_argument("--max-len", type=int, help="KV rows per slot (default: the op benchmark's for the batch)")
+    p.add_argument("--split-len", type=int, help="positions per split-KV chunk (default: the config's)")
     p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl")
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
-    rows = [r for batch in args.batches for r in sweep(args.op, args.preset, batch, rng)]
+    shape = {"max_len": args.max_len, "split_len": args.split_len}
+    rows = [r for batch in args.batches for r in sweep(args.op, args.preset, batch, rng, **shape)]
     with Path(args.out).open("a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     best = min(rows, key=lambda r: (r["batch"], r["us"]))
