@@ -9,6 +9,11 @@ from tvm import s_tir
 from gdn_tvm.config import DecodeConfig
 
 SMS = 132  # H200 streaming multiprocessors
+# From 8 lanes on, a projection of >= 1024 rows is bound by its float32 FLOPs (B multiply-adds a weight element):
+# at least 16 rows a CTA and one warp per group of 4 rows. That is the knob-grid winner of 6 of the 8 such B=32
+# workloads of qwen3.5-0.8b and -4b on the H200: 1.8-2.9x the former default of 64-256 threads a row where it
+# differed. The other 2 were won by near neighbours.
+WIDE_ROWS = 16
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
@@ -50,7 +55,8 @@ def cuda(
     A thread owns `rows_per_thread` of its CTA's rows: each x vector it reads from shared memory then serves
     that many rows (with many lanes, shared-memory reads of x, not w, bound a one-row thread).
     Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
-    <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on.
+    <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on;
+    from 8 lanes on, projections of >= 1024 rows take `WIDE_ROWS` rows a CTA and 32 threads a row.
     """
     layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread)
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
@@ -115,13 +121,16 @@ def cuda_layout(
         rows_per_thread = 4 if cfg.batch >= 8 else 1
     n_rows, n_cols = cfg.model.projections[proj]
     b_tiles = math.ceil(cfg.batch / batch_tile)
+    flop_bound = cfg.batch >= 8 and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
     if rows is None:
-        rows = rows_per_thread
+        rows = WIDE_ROWS if flop_bound else rows_per_thread
         while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
             rows *= 2
     if rows % rows_per_thread or n_rows % rows:
         raise ValueError(f"{proj}: {rows} rows a CTA do not split into {rows_per_thread} a thread or divide {n_rows}")
-    if threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
+    if threads_per_row is None and flop_bound:
+        threads_per_row = 32
+    elif threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
         threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) * rows_per_thread // rows
         while threads_per_row > 32 and (n_cols // vector) % threads_per_row:
             threads_per_row //= 2

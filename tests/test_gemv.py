@@ -76,7 +76,9 @@ def test_cuda_knobs_codegen(case):
         ("in_proj_qkv", 1, (8, 32, 1, 8, 1)),  # 768 CTAs x 256 threads, x [1024] in smem
         ("in_proj_b", 1, (1, 256, 1, 1, 1)),  # N = 16: one row a CTA, K split over 8 warps
         ("in_proj_qkv", 32, (32, 32, 16, 2, 4)),  # 4 rows x 16 lanes a thread, 8 x 32 threads, 384 CTAs
-        ("out_proj", 64, (8, 128, 8, 1, 4)),  # 2 x 128 threads, B tiles of 8 lanes (x chunks of 512 columns)
+        ("in_proj_z", 32, (16, 32, 16, 2, 4)),  # FLOP-bound: 4 x 32 threads, a warp per 4 rows, 256 CTAs
+        ("out_proj", 64, (16, 32, 16, 2, 4)),  # the same from 8 lanes on, B tiles of 16 lanes: 256 CTAs
+        ("in_proj_b", 32, (4, 256, 4, 1, 4)),  # 16 rows: too few for that, K split over 256 threads a row
     ],
 )
 def test_cuda_default_layout(proj, batch, layout):

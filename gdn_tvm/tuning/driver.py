@@ -52,8 +52,9 @@ class Budget:
 
 
 def flop_bound(w: Workload) -> bool:
-    """GEMVs of 8 lanes or more: each weight element feeds B multiply-adds, and the search's tiled matmul designs
-    beat the hand designs on 9 of the 10 B=32 GEMV workloads on the H200 (1.2-2.9x, from 16 candidates)."""
+    """GEMVs of 8 lanes or more: each weight element feeds B multiply-adds, so float32 FLOPs bound them (the best
+    hand designs reach 25 of the H200's 67 TFLOP/s at B=32); a register-tiled matmul is what could pass that, and
+    16 search candidates never found one that beat the knob grid."""
     return w.op.family == "gemv" and w.cfg.batch >= 8
 
 
