@@ -15,6 +15,8 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
+from .common import SMS
+
 LANES = 32
 SHARED_BYTES = 48 * 1024
 
@@ -48,9 +50,13 @@ def _spread(sch: s_tir.Schedule, loop, warps: int, vector: int) -> None:
 
 def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
     """`warps`, or the most (8, 4 or 2) whose shared memory fits: the chunk's scores [G, split_len], q [G, D],
-    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit)."""
+    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). A split stage
+    of 8 CTAs an SM or more takes 2: small CTAs, more of them resident (the knob-grid winner at B=32 on the H200,
+    1.12-1.20x the 8-warp default; at B=1 over 32k rows, 1024 CTAs, 8 warps stayed best)."""
     if warps is not None:
         return warps
+    if stage == "split" and cfg.batch * cfg.model.n_kv_heads * cfg.n_splits >= 8 * SMS:
+        return 2
     m = cfg.model
     group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
     halves = d // (LANES * vector)

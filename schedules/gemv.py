@@ -8,7 +8,8 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
-SMS = 132  # H200 streaming multiprocessors
+from .common import SMS
+
 # From 8 lanes on, a projection of >= 1024 rows is bound by its float32 FLOPs (B multiply-adds a weight element):
 # at least 16 rows a CTA and one warp per group of 4 rows. That is the knob-grid winner of 6 of the 8 such B=32
 # workloads of qwen3.5-0.8b and -4b on the H200: 1.8-2.9x the former default of 64-256 threads a row where it
