@@ -50,9 +50,11 @@ def _spread(sch: s_tir.Schedule, loop, warps: int, vector: int) -> None:
 
 def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
     """`warps`, or the most (8, 4 or 2) whose shared memory fits: the chunk's scores [G, split_len], q [G, D],
-    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). A split stage
-    of 8 CTAs an SM or more takes 2: small CTAs, more of them resident (the knob-grid winner at B=32 on the H200,
-    1.12-1.20x the 8-warp default; at B=1 over 32k rows, 1024 CTAs, 8 warps stayed best)."""
+    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). For unsplit,
+    the CTA's float4s must also tile the G x D running state evenly: its merge, predicated, would hold barriers
+    inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). A split stage of 8 CTAs an SM or
+    more takes 2: small CTAs, more of them resident (the knob-grid winner at B=32 on the H200, 1.12-1.20x the
+    8-warp default; at B=1 over 32k rows, 1024 CTAs, 8 warps stayed best)."""
     if warps is not None:
         return warps
     if stage == "split" and cfg.batch * cfg.model.n_kv_heads * cfg.n_splits >= 8 * SMS:
@@ -62,7 +64,10 @@ def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int
     halves = d // (LANES * vector)
     extra = 2 * d if stage == "unsplit" else 0
     w = 8
-    while w > halves and 4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024:
+    while w > halves and (
+        4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024
+        or (stage == "unsplit" and group * d % (w * LANES * vector))
+    ):
         w //= 2
     return w
 
@@ -134,17 +139,18 @@ def cuda(
     stage: str,
     indirect: bool,
     warps: int | None = None,
-    positions: int = 4,
+    positions: int | None = None,
     vector: int = 4,
     reduce_unroll: int = 8,
 ) -> None:
-    """warps: warps per CTA (default: as many as fit, <= 8); positions: positions per warp step;
-    vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce
-    stage."""
+    """warps: warps per CTA (default: `_warps`); positions: positions per warp step (default 8 unsplit, the
+    knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); vector: elements per
+    load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce stage."""
     if stage == "reduce":
         _cuda_reduce(sch, vector, reduce_unroll)
         return
     warps = _warps(cfg, stage, warps, vector)
+    positions = positions or (8 if stage == "unsplit" else 4)
     outer = sch.get_sblock(stage)
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
     sch.bind(bx, "blockIdx.x")
