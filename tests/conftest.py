@@ -8,8 +8,10 @@ import zlib
 import numpy as np
 import pytest
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.build.compile import compile_mod, compile_op
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.target import cuda
 from gdn_tvm.verify import check_kernel, mismatch
 
 # Two presets with Hv != Hk among them, B = 1 and B = 3 (4 slots, one lane skipped), a scaled-down cache.
@@ -51,3 +53,10 @@ def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
     """`gdn_tvm.verify.check_kernel` as an assertion: every output and state matches the float64 reference."""
     failed = check_kernel(op, cfg, kernel, rng)
     assert not failed, "; ".join(failed)
+
+
+def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
+    """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
+    ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, cuda())
+    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
+    return dev_mod.inspect_source("cuda")

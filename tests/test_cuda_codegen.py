@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 import tvm
+from conftest import cuda_source
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_dlight, compile_mod, dlight_schedule, host_loops
+from gdn_tvm.build.compile import compile_dlight, dlight_schedule, host_loops
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
@@ -18,14 +19,6 @@ CUDA_CASES = {
     "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
     "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, slots=64, max_len=4096),
 }
-
-
-def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
-    """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
-    target = cuda()
-    ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, target)
-    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
-    return dev_mod.inspect_source("cuda")
 
 
 @pytest.mark.parametrize("case", CUDA_CASES)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from conftest import assert_close
+from conftest import assert_close, cuda_source
 
-from gdn_tvm.build.compile import compile_mod, compile_op
+from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import HEAD_MAPPINGS, DecodeConfig, preset
 from gdn_tvm.reference.delta_rule import delta_rule
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
-from gdn_tvm.target import cuda, llvm
+from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_OP, reference_copy
 
 OP = OPS["delta_rule"]
@@ -86,9 +86,7 @@ KNOBS = [
 def test_cuda_state_streamed_once_in_vectors(knobs):
     """Every state access is a `vector`-wide load or store (no scalar path), reductions are warp shuffles."""
     cfg = DecodeConfig(preset("qwen3.5-4b"), batch=32)
-    ex = compile_mod(OP.schedule(cfg, "cuda", **knobs).mod, cuda())
-    (dev,) = [m for m in ex.mod.imports if m.kind == "cuda"]
-    src = dev.inspect_source("cuda")
+    src = cuda_source(OP.name, cfg, **knobs)
     width = knobs.get("vector", 4)
     for ptr in ("state_ptr", "state_out_ptr"):
         assert f"*(float{width}*)({ptr} +" in src, f"{ptr}: no float{width} access"

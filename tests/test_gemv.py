@@ -8,17 +8,14 @@ import shutil
 
 import numpy as np
 import pytest
-import tvm
-from conftest import assert_close
+from conftest import check_kernel_against_reference, cuda_source
 from gdn_tvm.schedules.gemv import cuda_layout
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_mod, compile_op
+from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
-from gdn_tvm.signature import sample, visible
-from gdn_tvm.target import cuda, device_of, gpu_present, llvm
-from gdn_tvm.verify import TOL_OP, reference_copy
+from gdn_tvm.target import cuda, gpu_present, llvm
 
 KNOBS = {  # (proj, batch, cuda knobs, x staged in shared memory)
     "rows1-B1": ("in_proj_b", 1, {}, False),
@@ -36,20 +33,7 @@ def _cfg(batch: int) -> DecodeConfig:
 
 def _check(name: str, cfg: DecodeConfig, target, rng, **knobs) -> None:
     op = OPS[name]
-    kernel = compile_op(op, cfg, target, **knobs)
-    values = {a.name: sample(a, rng) for a in visible(op.signature(cfg))}
-    expect = reference_copy(values)
-    op.reference(**expect)
-    dev = device_of(target)
-    on_dev = {k: tvm.runtime.tensor(v, dev) for k, v in values.items()}
-    kernel(**on_dev)
-    assert_close(on_dev["y"].numpy(), expect["y"], TOL_OP, f"{name}[B={cfg.batch}, {knobs}]")
-
-
-def _source(name: str, cfg: DecodeConfig, **knobs) -> str:
-    ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, cuda())
-    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
-    return dev_mod.inspect_source("cuda")
+    check_kernel_against_reference(op, cfg, compile_op(op, cfg, target, **knobs), rng)
 
 
 @pytest.mark.parametrize("batch", [5, 17])
@@ -61,7 +45,7 @@ def test_llvm_batch_tiles(proj, batch, rng):
 @pytest.mark.parametrize("case", KNOBS)
 def test_cuda_knobs_codegen(case):
     proj, batch, knobs, staged = KNOBS[case]
-    src = _source(f"gemv_{proj}", _cfg(batch), **knobs)
+    src = cuda_source(f"gemv_{proj}", _cfg(batch), **knobs)
     assert re.search(r"\*\(float4\*\)\(w_ptr \+", src), "w is not read with float4 loads"
     assert "__shfl_down_sync" in src
     assert bool(re.search(r"__shared__ alignas\(64\) float4? x_shared", src)) == staged

@@ -6,8 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import assert_close
-from test_cuda_codegen import cuda_source
+from conftest import assert_close, cuda_source
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
