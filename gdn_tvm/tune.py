@@ -16,9 +16,9 @@ import sys
 import time
 
 from gdn_tvm.config import add_decode_arguments, decode_config
-from gdn_tvm.registry import OPS, workload_groups
+from gdn_tvm.registry import OPS, get, workload_groups
 from gdn_tvm.target import by_name, gpu_present
-from gdn_tvm.tuning.driver import BUDGETS, table, tune
+from gdn_tvm.tuning.driver import BUDGETS, flop_bound, table, tune
 from gdn_tvm.tuning.records import TuningLogError
 
 
@@ -53,11 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     cfg = decode_config(args)
-    trials = BUDGETS[kind].trials if args.trials is None else args.trials
-    n = len(workload_groups(cfg, kind, names))
+    budget = BUDGETS[kind]
+    trials = budget.trials if args.trials is None else args.trials
+    groups = workload_groups(cfg, kind, names).values()
+    each = f"{trials} trials each"
+    if args.trials is None and budget.deep > 1 and any(flop_bound(get(ops[0]), cfg) for ops in groups):
+        each += f" ({trials * budget.deep} for the FLOP-bound GEMVs)"
     print(
-        f"tuning {n} workloads ({len(names)} ops) of {cfg.key} for {kind}, "
-        f"{trials} trials each, logs in {args.work_dir}/{kind}/",
+        f"tuning {len(groups)} workloads ({len(names)} ops) of {cfg.key} for {kind}, {each}, "
+        f"logs in {args.work_dir}/{kind}/",
         flush=True,
     )
     start = time.perf_counter()

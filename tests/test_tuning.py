@@ -246,4 +246,4 @@ def test_flop_bound_gemvs_get_the_deeper_search_by_default(tmp_path, monkeypatch
     assert asked == {"gemv_in_proj_b": 6, "sigmoid_gate": 2}
     tune(cfg8, llvm(), ("gemv_in_proj_b",), tmp_path / "explicit", trials=2, echo=quiet)
     assert asked["gemv_in_proj_b"] == 2
-    assert not driver.flop_bound(workload(OPS["gemv_in_proj_b"], CFG, "llvm"))
+    assert not driver.flop_bound(OPS["gemv_in_proj_b"], CFG)

@@ -26,7 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.build.compile import compile_func
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import get, workload_groups
+from gdn_tvm.registry import Op, get, workload_groups
 from gdn_tvm.signature import DEVICE_NAMES
 from gdn_tvm.target import device_of
 from gdn_tvm.traffic import rotating_sets, traffic
@@ -51,11 +51,11 @@ class Budget:
     deep: int = 1  # times `trials` for FLOP-bound workloads (`flop_bound`), by default
 
 
-def flop_bound(w: Workload) -> bool:
+def flop_bound(op: Op, cfg: DecodeConfig) -> bool:
     """GEMVs of 8 lanes or more: each weight element feeds B multiply-adds, so float32 FLOPs bound them (the best
     hand designs reach 25 of the H200's 67 TFLOP/s at B=32); a register-tiled matmul is what could pass that, and
     16 search candidates never found one that beat the knob grid."""
-    return w.op.family == "gemv" and w.cfg.batch >= 8
+    return op.family == "gemv" and cfg.batch >= 8
 
 
 BUDGETS = {
@@ -159,7 +159,7 @@ class _Tuner:
         self.runner.alloc_repeat = rotating_sets(traffic(w.op, w.cfg)) if self.budget.graph else 1
         designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))  # [0]: the defaults, i.e. the hand schedule
         searched = prior - len(designs)
-        trials = self.trials * (self.deep if flop_bound(w) else 1)
+        trials = self.trials * (self.deep if flop_bound(w.op, w.cfg) else 1)
         fresh = trials and searched < 0  # a fresh run, or one cut inside the grid: measure the grid too
         hand_secs, *_ = self._measure(w, designs if fresh else designs[:1], db)
         if isinstance(hand_secs, str):
@@ -187,7 +187,7 @@ class _Tuner:
             "timing": "cuda-graph" if self.budget.graph else "eager",
             "note": note,
         }
-        records.prune(db, path, w.kind, chosen)
+        records.prune(path, w.kind, chosen)
         records.write_summary(path, summary)
         shutil.rmtree(scratch)
         return result

@@ -159,8 +159,8 @@ def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Sc
     return sch
 
 
-def prune(db: ms.database.Database, path: Path, kind: str, record: ms.database.TuningRecord) -> None:
-    """Replace the log in `path` by `record` (of `db`), its workload table packed."""
+def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
+    """Replace the log in `path` by `record`, its workload table packed."""
     for name in (WORKLOADS, RECORDS, PACKED):
         (path / name).unlink(missing_ok=True)
     out = _open_json(path, kind, create=True, shown=path)
