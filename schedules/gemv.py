@@ -10,10 +10,10 @@ from gdn_tvm.config import DecodeConfig
 
 from .common import SMS
 
-# From 8 lanes on, a projection of >= 1024 rows is bound by its float32 FLOPs (B multiply-adds a weight element):
-# at least 16 rows a CTA and one warp per group of 4 rows. That is the knob-grid winner of 6 of the 8 such B=32
-# workloads of qwen3.5-0.8b and -4b on the H200: 1.8-2.9x the former default of 64-256 threads a row where it
-# differed. The other 2 were won by near neighbours.
+MANY_LANES = 8  # from this many lanes on, each weight element feeds enough multiply-adds that float32 FLOPs bind
+# There, a projection of >= 1024 rows takes at least 16 rows a CTA and one warp per group of 4 rows: the knob-grid
+# winner of 6 of the 8 such B=32 workloads of qwen3.5-0.8b and -4b on the H200, 1.8-2.9x the former default of
+# 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
@@ -119,10 +119,10 @@ def cuda_layout(
     step is `threads_per_row * vector` columns.
     """
     if rows_per_thread is None:
-        rows_per_thread = 4 if cfg.batch >= 8 else 1
+        rows_per_thread = 4 if cfg.batch >= MANY_LANES else 1
     n_rows, n_cols = cfg.model.projections[proj]
     b_tiles = math.ceil(cfg.batch / batch_tile)
-    flop_bound = cfg.batch >= 8 and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
+    flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
     if rows is None:
         rows = WIDE_ROWS if flop_bound else rows_per_thread
         while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:

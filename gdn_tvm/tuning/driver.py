@@ -27,6 +27,7 @@ from tvm.s_tir import meta_schedule as ms
 from gdn_tvm.build.compile import compile_func
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op, get, workload_groups
+from gdn_tvm.schedules.gemv import MANY_LANES
 from gdn_tvm.signature import DEVICE_NAMES
 from gdn_tvm.target import device_of
 from gdn_tvm.traffic import rotating_sets, traffic
@@ -55,7 +56,7 @@ def flop_bound(op: Op, cfg: DecodeConfig) -> bool:
     """GEMVs of 8 lanes or more: each weight element feeds B multiply-adds, so float32 FLOPs bound them (the best
     hand designs reach 25 of the H200's 67 TFLOP/s at B=32); a register-tiled matmul is what could pass that, and
     16 search candidates never found one that beat the knob grid."""
-    return op.family == "gemv" and cfg.batch >= 8
+    return op.family == "gemv" and cfg.batch >= MANY_LANES
 
 
 BUDGETS = {
