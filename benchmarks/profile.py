@@ -32,11 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.position is not None and not 0 <= args.position < cfg.max_len:
         p.error(f"--position {args.position} is outside the cache's {cfg.max_len} rows")
     kernel = kernels_for(cfg, [args.op], args.library)[args.op]
-    values = inputs(OPS[args.op], cfg, np.random.default_rng(0))
-    for name in ("pos", "positions"):
-        if args.position is not None and name in values:
-            v = values[name]
-            values[name] = v.fill_(args.position) if isinstance(v, torch.Tensor) else args.position
+    values = inputs(OPS[args.op], cfg, np.random.default_rng(0), position=args.position)
     for _ in range(args.launches):
         kernel.launch(values)
     torch.cuda.synchronize()

@@ -30,14 +30,18 @@ from gdn_tvm.traffic import rotating_sets, traffic
 PEAK_GBPS = 4300.0
 
 
-def inputs(op: Op, cfg: DecodeConfig, rng: np.random.Generator, device: str = "cuda") -> dict:
-    """Torch inputs on `device`: every lane active (slots 0..B-1), every sequence at the last cache row."""
+def inputs(
+    op: Op, cfg: DecodeConfig, rng: np.random.Generator, device: str = "cuda", position: int | None = None
+) -> dict:
+    """Torch inputs on `device`: every lane active (slots 0..B-1), every sequence at `position` (default: the last
+    cache row)."""
+    at = cfg.max_len - 1 if position is None else position
     values = {}
     for a in visible(op.signature(cfg)):
         if a.name == "slots":
             v = np.arange(cfg.batch, dtype=np.int32)
         elif a.name in ("pos", "positions"):
-            v = cfg.max_len - 1 if a.is_scalar else np.full(a.shape, cfg.max_len - 1, np.int32)
+            v = at if a.is_scalar else np.full(a.shape, at, np.int32)
         else:
             v = sample(a, rng)
         values[a.name] = torch.from_numpy(np.nan_to_num(v)).to(device) if isinstance(v, np.ndarray) else v
