@@ -60,20 +60,29 @@ def clone(values: dict) -> dict:
     return {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in values.items()}
 
 
-def fla_delta_rule(cfg: DecodeConfig, values: dict):
-    """fla's fused_recurrent_gated_delta_rule on the same inputs, in its [B, T, H, D] layout."""
+def fla_delta_rule(cfg: DecodeConfig, values: dict, fused: bool = False):
+    """fla's fused_recurrent_gated_delta_rule on the same inputs, in its [B, T, H, D] layout. For the fused op, q and
+    k are the raw conv output normalised in fla's kernel (`use_qk_l2norm_in_kernel`); fla has no in-kernel gates, so
+    g and beta are computed before the timed call."""
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
     m, B = cfg.model, cfg.batch
-    hk, dk = m.n_k_heads, m.head_k_dim
-    q, k = values["qk"][:, None, :hk], values["qk"][:, None, hk:]
-    v = values["qkv"][:, 2 * hk * dk :].reshape(B, 1, m.n_v_heads, m.head_v_dim).contiguous()
-    g, beta = values["g"][:, None].contiguous(), values["beta"][:, None].contiguous()
+    hk, hv, dk = m.n_k_heads, m.n_v_heads, m.head_k_dim
+    if fused:
+        qk = values["qkv"][:, : 2 * hk * dk].reshape(B, 2 * hk, dk)
+        g, beta = torch.empty_like(values["a"]), torch.empty_like(values["b"])
+        torch_ops.gates(m, values["a"], values["b"], values["A"], values["dt_bias"], g, beta)
+    else:
+        qk, g, beta = values["qk"], values["g"], values["beta"]
+    q, k = qk[:, None, :hk].contiguous(), qk[:, None, hk:].contiguous()
+    v = values["qkv"][:, 2 * hk * dk :].reshape(B, 1, hv, m.head_v_dim).contiguous()
+    g, beta = g[:, None].contiguous(), beta[:, None].contiguous()
     h0 = values["state"].transpose(-1, -2).contiguous()
-    q, k = q.contiguous(), k.contiguous()
 
     def call():
-        fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=dk**-0.5, initial_state=h0, output_final_state=True)
+        fused_recurrent_gated_delta_rule(
+            q, k, v, g, beta, scale=dk**-0.5, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=fused
+        )
 
     return call
 
@@ -154,13 +163,13 @@ def bench_op(
     for label, other in (others or {}).items():
         row[f"{label}_us"] = time_kernel(other, value_sets)
         row[f"{label}_rel_err"] = rel_error(op, cfg, kernel, other, inputs(op, cfg, rng))
-    baseline = torch_ops.BASELINES.get(op.family) if op.name != "decode_attention_reduce" else None
+    baseline = torch_ops.baseline(op)
     if baseline is not None:
         calls = [lambda v=v: baseline(cfg.model, seq_len=cfg.max_len, **v) for v in value_sets]
         row["torch_us"] = time_eager(lambda i: calls[i](), sets)
     if op.family == "delta_rule":
         try:
-            calls = [fla_delta_rule(cfg, v) for v in value_sets]
+            calls = [fla_delta_rule(cfg, v, fused=op.flags["fused"]) for v in value_sets]
             row["fla_us"] = time_graph(lambda i: calls[i](), sets)
         except Exception as e:  # reported, not hidden: the JSON says why fla did not run
             row["fla_error"] = f"{type(e).__name__}: {e}"[:300]

@@ -27,6 +27,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
+from gdn_tvm.runtime.weights import unstack
 from gdn_tvm.traffic import LAUNCHES
 
 
@@ -37,7 +38,7 @@ class TorchStack:
         self.cfg, self.m = stack.cfg, stack.cfg.model
         self.layers = []
         for layer in stack.layers:
-            w = {k: torch.from_dlpack(v) for k, v in layer.weights.items()}
+            w = unstack(self.m, {k: torch.from_dlpack(v) for k, v in layer.weights.items()})
             states = [torch.from_dlpack(s).clone() for s in layer.states]
             self.layers.append((layer.kind, w, states))
 

@@ -44,6 +44,15 @@ def delta_rule(model, qk, qkv, g, beta, state, slots, o, **_):
     state[idx] = s
 
 
+def delta_rule_fused(model, qkv, a, b, A, dt_bias, state, slots, o, **_):
+    hk, dk = model.n_k_heads, model.head_k_dim
+    qk = torch.empty(qkv.shape[0], 2 * hk, dk, device=qkv.device)
+    g, beta = torch.empty_like(a), torch.empty_like(b)
+    per_head_l2_norm(model, qkv, qk)
+    gates(model, a, b, A, dt_bias, g, beta)
+    delta_rule(model, qk, qkv, g, beta, state, slots, o)
+
+
 def gated_rmsnorm(model, o, z, w, y, **_):
     y.copy_(o * torch.rsqrt((o * o).mean(-1, keepdim=True) + EPS) * w * F.silu(z))
 
@@ -98,11 +107,20 @@ def gemv(model, w, x, y, **_):
     torch.matmul(x, w.t(), out=y)
 
 
+def baseline(op):
+    """The implementation of registry op `op` (by name, else by family); None for the split-KV reduce, whose
+    PyTorch counterpart is part of `decode_attention`."""
+    if op.name == "decode_attention_reduce":
+        return None
+    return BASELINES.get(op.name, BASELINES.get(op.family))
+
+
 BASELINES = {
     "causal_conv1d_silu": causal_conv1d_silu,
     "per_head_l2_norm": per_head_l2_norm,
     "gates": gates,
     "delta_rule": delta_rule,
+    "delta_rule_fused": delta_rule_fused,
     "gated_rmsnorm": gated_rmsnorm,
     "split_interleaved": split_interleaved,
     "per_head_rmsnorm": per_head_rmsnorm,

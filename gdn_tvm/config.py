@@ -12,6 +12,11 @@ import math
 from dataclasses import dataclass
 
 HEAD_MAPPINGS = ("grouped", "tiled")
+# Input projections stacked row-wise into one weight (one GEMV launch where a step uses them: B = 1), in order.
+STACKED = {
+    "in_proj": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+}
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,10 @@ class ModelConfig:
 
     @property
     def projections(self) -> dict[str, tuple[int, int]]:
-        """GEMV weights `[out, in]` of the two mixers, by checkpoint name (`linear_attn.` / `self_attn.`)."""
+        """GEMV weights `[out, in]` of the two mixers, by checkpoint name (`linear_attn.` / `self_attn.`), then the
+        concatenations of `STACKED` (the input projections of a mixer as one GEMV)."""
         hv_dv, d = self.n_v_heads * self.head_v_dim, self.head_dim
-        return {
+        named = {
             "in_proj_qkv": (self.conv_dim, self.hidden),
             "in_proj_z": (hv_dv, self.hidden),
             "in_proj_b": (self.n_v_heads, self.hidden),
@@ -74,6 +80,9 @@ class ModelConfig:
             "v_proj": (self.n_kv_heads * d, self.hidden),
             "o_proj": (self.hidden, self.n_q_heads * d),
         }
+        for name, parts in STACKED.items():
+            named[name] = (sum(named[p][0] for p in parts), self.hidden)
+        return named
 
     def key_head(self, h: int) -> int:
         """GDN key/query head that value head `h` reads."""

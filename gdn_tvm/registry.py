@@ -124,10 +124,16 @@ _ENTRIES = [
     _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
     _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim")),
     _entry("gates", _dims("batch", "n_v_heads")),
-    _entry(
-        "delta_rule",
-        _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping"),
-        ref_params=("head_mapping",),
+    *(
+        _entry(
+            "delta_rule",
+            _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping"),
+            name=name,
+            ref=name,
+            ref_params=("head_mapping",),
+            fused=fused,
+        )
+        for name, fused in (("delta_rule", False), ("delta_rule_fused", True))
     ),
     _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim")),
     _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
@@ -171,10 +177,12 @@ _ENTRIES = [
             "in_proj_z",
             "in_proj_b",
             "in_proj_a",
+            "in_proj",
             "out_proj",
             "q_proj",
             "k_proj",
             "v_proj",
+            "qkv_proj",
             "o_proj",
         )
     ),

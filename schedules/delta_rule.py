@@ -8,6 +8,8 @@ from gdn_tvm.config import DecodeConfig
 
 _LOCAL = ("qk_head", "decay", "state_load", "kq", "sk", "sq", "delta")  # per-thread intermediates on CUDA
 _ALONG_DK = ("qk_head", "state_load", "kq", "sk", "sq", "update")  # blocks whose innermost loop runs along Dk
+_FUSED = ("qk_raw", "qk_sumsq", "beta")  # the fused variant's blocks before the recurrence (L2 norm, gates)
+_PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"row_groups": (1, 2, 4, 8), "rows_per_group": (1, 2, 4), "lanes": (16, 32)}
@@ -20,16 +22,21 @@ def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
     return tuple(sch.get_loops(upd))
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
+def _per_head(fused: bool) -> tuple[str, ...]:
+    """The blocks computed once per (lane, value head) or CTA, consumers first."""
+    return _PER_HEAD if fused else tuple(n for n in _PER_HEAD if n not in _FUSED)
+
+
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, fused: bool = False, vector: int = 8) -> None:
     """Parallel over (lane, value head); per state row every stage at the row loop, vectorised along Dk."""
     b, h, i, _ = _row_nest(sch)
     bh = sch.fuse(b, h)
     sch.parallel(bh)
     for name in ("delta", "sq", "sk", "state_load"):
         sch.compute_at(sch.get_sblock(name), i)
-    for name in ("kq", "decay", "qk_head"):
+    for name in _per_head(fused):
         sch.compute_at(sch.get_sblock(name), bh)
-    for name in ("qk_head", "state_load", "update"):
+    for name in ("qk_raw", "qk_head", "state_load", "update") if fused else ("qk_head", "state_load", "update"):
         _, v = sch.split(sch.get_loops(sch.get_sblock(name))[-1], factors=[None, vector])
         sch.vectorize(v)
 
@@ -37,6 +44,7 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
 def cuda(
     sch: s_tir.Schedule,
     cfg: DecodeConfig,
+    fused: bool = False,
     row_groups: int = 8,
     rows_per_group: int = 1,
     lanes: int = 32,
@@ -49,7 +57,8 @@ def cuda(
     A thread first loads its slice of all `rows_per_group` rows of its group into registers (every load in flight
     before any store), then per row: shuffle allreduces of S_i.k and S_i.q over the lanes, d_i, the updated slice
     stored by the thread that loaded it (so the aliased state is safe), o_i by lane 0. q and k of the head are
-    loaded into registers once per thread and kq is reduced once per thread.
+    loaded into registers once per thread and kq is reduced once per thread; fused, so are the sums of squares of
+    q and k (shuffle allreduces like kq) and the gates.
     """
     m = cfg.model
     if m.head_k_dim % (lanes * vector) or m.head_v_dim % (row_groups * rows_per_group):
@@ -66,18 +75,18 @@ def cuda(
     for name in ("sq", "sk"):  # both allreduces first: independent, and their results live at once
         sch.compute_at(sch.get_sblock(name), ri, index=-2)
     sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
-    for name in ("kq", "decay", "qk_head"):
+    for name in _per_head(fused):
         sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
-    for name in _LOCAL:
+    for name in _LOCAL + (_FUSED if fused else ()):
         sch.set_scope(sch.get_sblock(name), 0, "local")
-    for name in _ALONG_DK:
+    for name in _ALONG_DK + (_FUSED[:2] if fused else ()):
         blk = sch.get_sblock(name)
         lane, steps, vec = sch.split(sch.get_loops(blk)[-1], factors=[lanes, None, vector])
         sch.bind(lane, "threadIdx.x")
-        if name in ("qk_head", "state_load", "update"):  # no allreduce inside: explicit unrolls are safe
+        if name in ("qk_raw", "qk_head", "state_load", "update"):  # no allreduce inside: explicit unrolls are safe
             sch.vectorize(vec)
             sch.unroll(steps)
-        if name in ("qk_head", "state_load"):  # all rows (q and k) loaded together, into registers
+        if name in ("qk_raw", "qk_head", "state_load"):  # all rows (q and k) loaded together, into registers
             sch.unroll(sch.get_loops(blk)[-4])
     sch.unroll(ri)  # holds the allreduces, which must not be duplicated before lowering: nvcc unrolls it
     sch.annotate(ri, "pragma_unroll_explicit", 0)

@@ -13,7 +13,7 @@ from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
-from gdn_tvm.runtime.weights import random_weights
+from gdn_tvm.runtime.weights import random_weights, unstack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_LAYER
@@ -35,7 +35,8 @@ class ReferenceStack:
 
     def __init__(self, stack: HybridStack):
         self.m, self.types = stack.cfg.model, stack.layer_types
-        self.weights = [{k: v.numpy().astype(np.float64) for k, v in layer.weights.items()} for layer in stack.layers]
+        host = [{k: v.numpy().astype(np.float64) for k, v in layer.weights.items()} for layer in stack.layers]
+        self.weights = [unstack(self.m, w) for w in host]  # by checkpoint names, stacked projections split
         self.states = [[t.numpy().astype(np.float64) for t in layer.states] for layer in stack.layers]
 
     def step(self, x: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> np.ndarray:

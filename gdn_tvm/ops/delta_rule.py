@@ -9,6 +9,11 @@ Written so the state is read once and written once: for each state row `S_i` (le
 SBlocks, in dataflow order (the interface with the schedules): "qk_head" (q and k of the head), "decay" (e),
 "state_load" (the old state), "kq", "sk", "sq" (the dot products), "delta" (d), "update" (writes state_out)
 and "o". A skipped lane (slot -1) reads and writes no state and leaves `o[b]` untouched.
+
+The fused variant (`delta_rule_fused`) also does the two steps before it in the same kernel, so a GDN layer
+launches one kernel where it launched three: per-head L2 norm of q and k (blocks "qk_raw", "qk_sumsq", then
+"qk_head" scales by `rsqrt(sum + eps)`) and the gates ("decay" takes `e = exp(A * softplus(a + dt_bias))`,
+"beta" `sigmoid(b)`). Every CTA of a head recomputes them: Dk-long sums and two scalars.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.gates import log_decay, sample_negative, sample_wide, write_strength
+from gdn_tvm.ops.per_head_l2_norm import EPS
 from gdn_tvm.signature import Arg
 
 
@@ -36,17 +43,30 @@ def _unit_interval(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarr
     return rng.uniform(0.01, 0.99, shape).astype(np.float32)
 
 
-def signature(cfg: DecodeConfig) -> list[Arg]:
+def signature(cfg: DecodeConfig, fused: bool = False) -> list[Arg]:
     """qk: [B, 2*Hk, Dk] (unit q heads then k heads); qkv: [B, conv_dim] (v[h] at 2*Hk*Dk + h*Dv);
-    g, beta: [B, Hv]; state: [S, Hv, Dv, Dk] (in place); slots: [B] int32 -> o: [B, Hv, Dv]."""
+    g, beta: [B, Hv]; state: [S, Hv, Dv, Dk] (in place); slots: [B] int32 -> o: [B, Hv, Dv].
+    Fused: qkv (q, k and v heads, q and k not yet normalised); a, b: [B, Hv]; A, dt_bias: [Hv]; state; slots -> o."""
     m = cfg.model
     B, S, Hk, Hv, Dk, Dv = cfg.batch, cfg.slots, m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim
     pool = (S, Hv, Dv, Dk)
+    if fused:
+        inputs = [
+            Arg("qkv", (B, m.conv_dim)),
+            Arg("a", (B, Hv), sample=sample_wide),
+            Arg("b", (B, Hv)),
+            Arg("A", (Hv,), role="weight", sample=sample_negative),
+            Arg("dt_bias", (Hv,), role="weight"),
+        ]
+    else:
+        inputs = [
+            Arg("qk", (B, 2 * Hk, Dk), sample=_unit_rows),
+            Arg("qkv", (B, m.conv_dim)),
+            Arg("g", (B, Hv), sample=_log_decay),
+            Arg("beta", (B, Hv), sample=_unit_interval),
+        ]
     return [
-        Arg("qk", (B, 2 * Hk, Dk), sample=_unit_rows),
-        Arg("qkv", (B, m.conv_dim)),
-        Arg("g", (B, Hv), sample=_log_decay),
-        Arg("beta", (B, Hv), sample=_unit_interval),
+        *inputs,
         Arg("state", pool, role="state"),
         Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
         Arg("o", (B, Hv, Dv), role="out"),
@@ -54,40 +74,23 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
     ]
 
 
-def make_delta_rule(cfg: DecodeConfig):
-    """The recurrence for `cfg.model.head_mapping` ("grouped": kh = h // (Hv/Hk), "tiled": kh = h % Hk)."""
+def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
+    """The recurrence for `cfg.model.head_mapping` ("grouped": kh = h // (Hv/Hk), "tiled": kh = h % Hk);
+    `fused`: with the per-head L2 norm of q and k and the gates before it."""
     m = cfg.model
     B, S, Hk, Hv, Dk, Dv, C = cfg.batch, cfg.slots, m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim, m.conv_dim
     group = Hv // Hk if m.head_mapping == "grouped" else 1  # kh = (h // group) % Hk
     v_off = 2 * Hk * Dk
     scale = float(Dk) ** -0.5
 
-    @T.prim_func(s_tir=True)
-    def delta_rule(
-        qk: T.Buffer((B, 2 * Hk, Dk), "float32"),
-        qkv: T.Buffer((B, C), "float32"),
-        g: T.Buffer((B, Hv), "float32"),
-        beta: T.Buffer((B, Hv), "float32"),
-        state: T.Buffer((S, Hv, Dv, Dk), "float32"),
-        slots: T.Buffer((B,), "int32"),
-        o: T.Buffer((B, Hv, Dv), "float32"),
-        state_out: T.Buffer((S, Hv, Dv, Dk), "float32"),
-    ):
-        qkh = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
-        e = T.sblock_alloc_buffer((B, Hv), "float32")
+    @T.macro
+    def recurrence(qkh, e, beta, qkv, state, slots, o, state_out):
+        """Everything from the state load on: qkh [B, Hv, 2, Dk] (unit q, k of each value head), e and beta [B, Hv]."""
         s_old = T.sblock_alloc_buffer((B, Hv, Dv, Dk), "float32")
         kq = T.sblock_alloc_buffer((B, Hv), "float32")
         sk = T.sblock_alloc_buffer((B, Hv, Dv), "float32")
         sq = T.sblock_alloc_buffer((B, Hv, Dv), "float32")
         d = T.sblock_alloc_buffer((B, Hv, Dv), "float32")
-        for b, h, t, j in T.grid(B, Hv, 2, Dk):
-            with T.sblock("qk_head"):
-                vb, vh, vt, vj = T.axis.remap("SSSS", [b, h, t, j])
-                qkh[vb, vh, vt, vj] = qk[vb, vt * Hk + vh // group % Hk, vj]
-        for b, h in T.grid(B, Hv):
-            with T.sblock("decay"):
-                vb, vh = T.axis.remap("SS", [b, h])
-                e[vb, vh] = T.exp(g[vb, vh])
         for b, h, i, j in T.grid(B, Hv, Dv, Dk):
             with T.sblock("state_load"):
                 vb, vh, vi, vj = T.axis.remap("SSSS", [b, h, i, j])
@@ -128,5 +131,73 @@ def make_delta_rule(cfg: DecodeConfig):
                 vb, vh, vi = T.axis.remap("SSS", [b, h, i])
                 if slots[vb] >= 0:
                     o[vb, vh, vi] = (e[vb, vh] * sq[vb, vh, vi] + d[vb, vh, vi] * kq[vb, vh]) * T.float32(scale)
+
+    if fused:  # one variant parsed: a macro expanded twice gets renamed blocks
+
+        @T.prim_func(s_tir=True)
+        def delta_rule_fused(
+            qkv: T.Buffer((B, C), "float32"),
+            a: T.Buffer((B, Hv), "float32"),
+            b: T.Buffer((B, Hv), "float32"),
+            A: T.Buffer((Hv,), "float32"),
+            dt_bias: T.Buffer((Hv,), "float32"),
+            state: T.Buffer((S, Hv, Dv, Dk), "float32"),
+            slots: T.Buffer((B,), "int32"),
+            o: T.Buffer((B, Hv, Dv), "float32"),
+            state_out: T.Buffer((S, Hv, Dv, Dk), "float32"),
+        ):
+            raw = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
+            sumsq = T.sblock_alloc_buffer((B, Hv, 2), "float32")
+            qkh = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
+            e = T.sblock_alloc_buffer((B, Hv), "float32")
+            beta = T.sblock_alloc_buffer((B, Hv), "float32")
+            for n, h, t, j in T.grid(B, Hv, 2, Dk):
+                with T.sblock("qk_raw"):
+                    vb, vh, vt, vj = T.axis.remap("SSSS", [n, h, t, j])
+                    raw[vb, vh, vt, vj] = qkv[vb, (vt * Hk + vh // group % Hk) * Dk + vj]
+            for n, h, t, j in T.grid(B, Hv, 2, Dk):
+                with T.sblock("qk_sumsq"):
+                    vb, vh, vt, vj = T.axis.remap("SSSR", [n, h, t, j])
+                    with T.init():
+                        sumsq[vb, vh, vt] = T.float32(0)
+                    sumsq[vb, vh, vt] = sumsq[vb, vh, vt] + raw[vb, vh, vt, vj] * raw[vb, vh, vt, vj]
+            for n, h, t, j in T.grid(B, Hv, 2, Dk):
+                with T.sblock("qk_head"):
+                    vb, vh, vt, vj = T.axis.remap("SSSS", [n, h, t, j])
+                    qkh[vb, vh, vt, vj] = raw[vb, vh, vt, vj] * T.rsqrt(sumsq[vb, vh, vt] + T.float32(EPS))
+            for n, h in T.grid(B, Hv):
+                with T.sblock("decay"):
+                    vb, vh = T.axis.remap("SS", [n, h])
+                    e[vb, vh] = T.exp(log_decay(a[vb, vh], dt_bias[vh], A[vh]))
+            for n, h in T.grid(B, Hv):
+                with T.sblock("beta"):
+                    vb, vh = T.axis.remap("SS", [n, h])
+                    beta[vb, vh] = write_strength(b[vb, vh])
+            recurrence(qkh, e, beta, qkv, state, slots, o, state_out)
+
+        return delta_rule_fused
+
+    @T.prim_func(s_tir=True)
+    def delta_rule(
+        qk: T.Buffer((B, 2 * Hk, Dk), "float32"),
+        qkv: T.Buffer((B, C), "float32"),
+        g: T.Buffer((B, Hv), "float32"),
+        beta: T.Buffer((B, Hv), "float32"),
+        state: T.Buffer((S, Hv, Dv, Dk), "float32"),
+        slots: T.Buffer((B,), "int32"),
+        o: T.Buffer((B, Hv, Dv), "float32"),
+        state_out: T.Buffer((S, Hv, Dv, Dk), "float32"),
+    ):
+        qkh = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
+        e = T.sblock_alloc_buffer((B, Hv), "float32")
+        for b, h, t, j in T.grid(B, Hv, 2, Dk):
+            with T.sblock("qk_head"):
+                vb, vh, vt, vj = T.axis.remap("SSSS", [b, h, t, j])
+                qkh[vb, vh, vt, vj] = qk[vb, vt * Hk + vh // group % Hk, vj]
+        for b, h in T.grid(B, Hv):
+            with T.sblock("decay"):
+                vb, vh = T.axis.remap("SS", [b, h])
+                e[vb, vh] = T.exp(g[vb, vh])
+        recurrence(qkh, e, beta, qkv, state, slots, o, state_out)
 
     return delta_rule

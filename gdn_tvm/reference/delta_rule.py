@@ -2,6 +2,9 @@
 
 import numpy as np
 
+from gdn_tvm.reference.gates import gates
+from gdn_tvm.reference.per_head_l2_norm import per_head_l2_norm
+
 
 def delta_rule(
     qk: np.ndarray,
@@ -32,3 +35,25 @@ def delta_rule(
     S = S + d[..., :, None] * k[..., None, :]
     state[s] = S
     o[lanes] = np.einsum("nhij,nhj->nhi", S, q)
+
+
+def delta_rule_fused(
+    qkv: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    A: np.ndarray,
+    dt_bias: np.ndarray,
+    state: np.ndarray,
+    slots: np.ndarray,
+    o: np.ndarray,
+    head_mapping: str = "grouped",
+) -> None:
+    """qkv: [B, C]; a, b: [B, Hv]; A, dt_bias: [Hv]; state: [S, Hv, Dv, Dk], updated in place -> o: [B, Hv, Dv].
+
+    SPEC.md steps 4-6 in one: per_head_l2_norm of the q and k heads of qkv, gates, then delta_rule."""
+    hv, dv, dk = state.shape[1], state.shape[2], state.shape[3]
+    qk = np.empty((qkv.shape[0], (qkv.shape[1] - hv * dv) // dk, dk))
+    g, beta = np.empty_like(a), np.empty_like(b)
+    per_head_l2_norm(qkv, qk)
+    gates(a, b, A, dt_bias, g, beta)
+    delta_rule(qk, qkv, g, beta, state, slots, o, head_mapping)

@@ -5,18 +5,26 @@ step replays that list: no shape logic and no allocation in the step loop. State
 recurrent states, KV caches) are `[slots, ...]` device tensors indexed by the step's slot ids.
 The per-step inputs (x, slots, positions) live in a shared `StepBuffers`, written before the plan
 runs, so the same plan (or a CUDA graph captured from it) serves every position.
+
+At B = 1 a mixer's input projections are one GEMV over their stacked weights (`config.STACKED`), each consumer
+reading its part of the one output row through a `row_view`: one launch where there were four (GDN) or three
+(attention). From two lanes on a part is no longer contiguous across lanes, and each projection keeps its GEMV.
+The GDN layer's L2 norm, gates and recurrence are one kernel (`delta_rule_fused`).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
 import tvm
 
-from gdn_tvm.config import DecodeConfig
+from gdn_tvm.config import STACKED, DecodeConfig
 from gdn_tvm.runtime.kernel import Kernel
-from gdn_tvm.runtime.weights import check_weights, upload
+from gdn_tvm.runtime.views import ALIGN, row_view
+from gdn_tvm.runtime.weights import check_weights, stack, upload
 from gdn_tvm.signature import ArgumentError, bind, check_args
 
 Kernels = Mapping[str, Kernel]
@@ -38,10 +46,18 @@ def _view(t: tvm.runtime.Tensor, *shape: int) -> tvm.runtime.Tensor:
     return t._create_view(shape)
 
 
+def stacks_projections(cfg: DecodeConfig, stacked: str) -> bool:
+    """Whether a step runs the projections of `STACKED[stacked]` as one GEMV: at B = 1 (see the module docstring),
+    where every part starts `views.ALIGN`-aligned in the output row (all presets; not some toy shapes)."""
+    starts = itertools.accumulate(cfg.model.projections[p][0] for p in STACKED[stacked][:-1])
+    return cfg.batch == 1 and all(4 * start % ALIGN == 0 for start in starts)
+
+
 class _Layer:
     """A mixer layer: `x` [B, hidden] in, `out` [B, hidden] out, a launch plan between them."""
 
     kind = ""
+    stacked = ""  # its input projections' name in `STACKED`
 
     def __init__(self, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor):
         check_weights(cfg.model, self.kind, weights)
@@ -50,7 +66,8 @@ class _Layer:
         self.io = io
         self.x = x
         self.out = tvm.runtime.empty((cfg.batch, cfg.model.hidden), "float32", self.device)
-        self.weights = upload(weights, self.device)
+        self.stacks = stacks_projections(cfg, self.stacked)
+        self.weights = upload(stack(weights, self.stacked) if self.stacks else weights, self.device)
         self.plan: list[tuple[Callable, list]] = []
         self.launched: list[str] = []  # the plan's kernel names, in order
         self.states: list[tvm.runtime.Tensor] = []
@@ -76,6 +93,25 @@ class _Layer:
     def _act(self, *shape: int) -> tvm.runtime.Tensor:
         return tvm.runtime.empty(shape, "float32", self.device)
 
+    def _project(self, *outputs: tuple[str, tuple[int, ...]]) -> list[tvm.runtime.Tensor]:
+        """Launch the input projections; returns their outputs, one activation of each `(projection, shape)` given in
+        `STACKED` order: row views of one stacked GEMV's output at B = 1, else one GEMV into each."""
+        B = self.cfg.batch
+        if not self.stacks:
+            acts = [self._act(*shape) for _, shape in outputs]
+            for (name, _), y in zip(outputs, acts, strict=True):
+                self._launch(f"gemv_{name}", w=self.weights[name], x=self.x, y=_view(y, B, y.numel() // B))
+            return acts
+        if tuple(name for name, _ in outputs) != STACKED[self.stacked]:
+            raise ValueError(f"{self.stacked}: outputs {[n for n, _ in outputs]} are not {STACKED[self.stacked]}")
+        self.projected = self._act(1, self.cfg.model.projections[self.stacked][0])  # owns the views' memory
+        self._launch(f"gemv_{self.stacked}", w=self.weights[self.stacked], x=self.x, y=self.projected)
+        views, start = [], 0
+        for _, shape in outputs:
+            views.append(row_view(self.projected, start, shape))
+            start += math.prod(shape)
+        return views
+
     def run(self) -> None:
         """Launch the plan once (inputs already in `x` and `io`)."""
         for func, args in self.plan:
@@ -90,9 +126,10 @@ class _Layer:
 
 
 class GDNLayer(_Layer):
-    """projections -> conv1d+SiLU -> L2 norms -> gates -> delta rule -> gated RMSNorm -> out_proj."""
+    """projections -> conv1d+SiLU -> (L2 norms, gates, delta rule: one kernel) -> gated RMSNorm -> out_proj."""
 
     kind = "gdn"
+    stacked = "in_proj"
 
     def __init__(self, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor):
         super().__init__(cfg, kernels, weights, io, x)
@@ -100,18 +137,13 @@ class GDNLayer(_Layer):
         hv, dv = m.n_v_heads, m.head_v_dim
         self.conv_state = self._state(cfg.slots, m.conv_dim, m.conv_kernel - 1)
         self.rec_state = self._state(cfg.slots, hv, dv, m.head_k_dim)
-        mixed, qkv = self._act(B, m.conv_dim), self._act(B, m.conv_dim)
-        z, b, a = self._act(B, hv, dv), self._act(B, hv), self._act(B, hv)
-        qk, g, beta = self._act(B, 2 * m.n_k_heads, m.head_k_dim), self._act(B, hv), self._act(B, hv)
-        o, y = self._act(B, hv, dv), self._act(B, hv, dv)
-        self._launch("gemv_in_proj_qkv", w=w["in_proj_qkv"], x=x, y=mixed)
-        self._launch("gemv_in_proj_z", w=w["in_proj_z"], x=x, y=_view(z, B, hv * dv))
-        self._launch("gemv_in_proj_b", w=w["in_proj_b"], x=x, y=b)
-        self._launch("gemv_in_proj_a", w=w["in_proj_a"], x=x, y=a)
+        mixed, z, b, a = self._project(
+            ("in_proj_qkv", (B, m.conv_dim)), ("in_proj_z", (B, hv, dv)), ("in_proj_b", (B, hv)), ("in_proj_a", (B, hv))
+        )
+        qkv, o, y = self._act(B, m.conv_dim), self._act(B, hv, dv), self._act(B, hv, dv)
         self._launch("causal_conv1d_silu", x=mixed, weight=w["conv1d"], state=self.conv_state, slots=io.slots, y=qkv)
-        self._launch("per_head_l2_norm", qkv=qkv, qk=qk)
-        self._launch("gates", a=a, b=b, A=w["A"], dt_bias=w["dt_bias"], g=g, beta=beta)
-        self._launch("delta_rule", qk=qk, qkv=qkv, g=g, beta=beta, state=self.rec_state, slots=io.slots, o=o)
+        fused = {"a": a, "b": b, "A": w["A"], "dt_bias": w["dt_bias"]}
+        self._launch("delta_rule_fused", qkv=qkv, **fused, state=self.rec_state, slots=io.slots, o=o)
         self._launch("gated_rmsnorm", o=o, z=z, w=w["norm"], y=y)
         self._launch("gemv_out_proj", w=w["out_proj"], x=_view(y, B, hv * dv), y=self.out)
 
@@ -120,6 +152,7 @@ class AttentionLayer(_Layer):
     """projections -> split q/gate -> q/k RMSNorm -> RoPE -> KV scatter -> decode attention -> gate -> o_proj."""
 
     kind = "attention"
+    stacked = "qkv_proj"
 
     def __init__(self, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor):
         super().__init__(cfg, kernels, weights, io, x)
@@ -127,13 +160,10 @@ class AttentionLayer(_Layer):
         hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
         self.k_cache = self._state(cfg.slots, cfg.max_len, hkv, d)
         self.v_cache = self._state(cfg.slots, cfg.max_len, hkv, d)
-        qg, k, v = self._act(B, hq, 2 * d), self._act(B, hkv, d), self._act(B, hkv, d)
+        qg, k, v = self._project(("q_proj", (B, hq, 2 * d)), ("k_proj", (B, hkv, d)), ("v_proj", (B, hkv, d)))
         q, gate, qn, kn = self._act(B, hq, d), self._act(B, hq, d), self._act(B, hq, d), self._act(B, hkv, d)
         qr, kr, attn, gated = self._act(B, hq, d), self._act(B, hkv, d), self._act(B, hq, d), self._act(B, hq, d)
         pos, slots = io.positions, io.slots
-        self._launch("gemv_q_proj", w=w["q_proj"], x=x, y=_view(qg, B, hq * 2 * d))
-        self._launch("gemv_k_proj", w=w["k_proj"], x=x, y=_view(k, B, hkv * d))
-        self._launch("gemv_v_proj", w=w["v_proj"], x=x, y=_view(v, B, hkv * d))
         self._launch("split_interleaved", src=qg, q=q, gate=gate)
         self._launch("per_head_rmsnorm", q=q, k=k, q_norm=w["q_norm"], k_norm=w["k_norm"], q_out=qn, k_out=kn)
         self._launch("partial_neox_rope_indirect", q=qn, k=kn, positions=pos, q_out=qr, k_out=kr)
@@ -157,11 +187,13 @@ def kernel_names(cfg: DecodeConfig, kinds: tuple[str, ...] = ("gdn", "attention"
     """Registry ops that the layers of `kinds` launch for `cfg`."""
     names = []
     if "gdn" in kinds:
-        names += ["gemv_in_proj_qkv", "gemv_in_proj_z", "gemv_in_proj_b", "gemv_in_proj_a", "causal_conv1d_silu"]
-        names += ["per_head_l2_norm", "gates", "delta_rule", "gated_rmsnorm", "gemv_out_proj"]
+        names += ["gemv_in_proj"] if stacks_projections(cfg, "in_proj") else [f"gemv_{p}" for p in STACKED["in_proj"]]
+        names += ["causal_conv1d_silu", "delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
     if "attention" in kinds:
-        names += ["gemv_q_proj", "gemv_k_proj", "gemv_v_proj", "split_interleaved", "per_head_rmsnorm"]
-        names += ["partial_neox_rope_indirect", "kv_row_scatter_indirect", "sigmoid_gate", "gemv_o_proj"]
+        stacked = stacks_projections(cfg, "qkv_proj")
+        names += ["gemv_qkv_proj"] if stacked else [f"gemv_{p}" for p in STACKED["qkv_proj"]]
+        names += ["split_interleaved", "per_head_rmsnorm", "partial_neox_rope_indirect", "kv_row_scatter_indirect"]
+        names += ["sigmoid_gate", "gemv_o_proj"]
         names += (
             ["decode_attention_split", "decode_attention_reduce"] if cfg.n_splits > 1 else ["decode_attention_indirect"]
         )

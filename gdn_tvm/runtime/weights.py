@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 
-from gdn_tvm.config import ModelConfig
+from gdn_tvm.config import STACKED, ModelConfig
 from gdn_tvm.signature import ArgumentError, address, is_contiguous, to_host
 
 
@@ -73,6 +73,28 @@ def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
             raise ArgumentError(f"weight {name}: expected float32, got {w.dtype}")
         if not np.isfinite(to_host(w)).all():
             raise ArgumentError(f"weight {name}: holds NaN or inf")
+
+
+def stack(weights: dict, name: str) -> dict:
+    """`weights` with the projections of `STACKED[name]` replaced by `name`, their row-wise concatenation (a host
+    array: uploading it is the one copy)."""
+    parts = STACKED[name]
+    out = {k: w for k, w in weights.items() if k not in parts}
+    out[name] = np.concatenate([to_host(weights[p]) for p in parts])
+    return out
+
+
+def unstack(m: ModelConfig, weights: dict) -> dict:
+    """The inverse of `stack`: each stacked projection split back into its parts (row slices of numpy or torch
+    arrays, no copy), so a layer's `weights` read by checkpoint names."""
+    out = dict(weights)
+    for name, parts in STACKED.items():
+        if name in out:
+            w, start = out.pop(name), 0
+            for part in parts:
+                rows = m.projections[part][0]
+                out[part], start = w[start : start + rows], start + rows
+    return out
 
 
 def upload(weights: dict, device: tvm.runtime.Device) -> dict[str, tvm.runtime.Tensor]:

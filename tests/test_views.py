@@ -1,0 +1,52 @@
+"""Row views (runtime/views.py): what a B = 1 step binds for each part of a stacked projection."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import tvm
+
+from gdn_tvm.config import STACKED, DecodeConfig, preset
+from gdn_tvm.runtime.layers import kernel_names, stacks_projections
+from gdn_tvm.runtime.views import row_view
+from gdn_tvm.runtime.weights import random_weights, stack, unstack
+from gdn_tvm.signature import ArgumentError
+
+
+def test_row_view_shares_the_base_and_outlives_its_python_handle():
+    base = tvm.runtime.tensor(np.arange(96, dtype=np.float32).reshape(1, 96))
+    view = row_view(base, 32, (2, 8))
+    assert view.shape == (2, 8) and view.data_ptr() == base.data_ptr() + 128
+    np.testing.assert_array_equal(view.numpy(), np.arange(32, 48, dtype=np.float32).reshape(2, 8))
+    base.copyfrom(np.zeros((1, 96), np.float32))
+    assert not view.numpy().any()  # the same memory
+    del view
+    gc.collect()  # the DLPack deleter frees the view's own block, not the base
+    assert base.numpy().shape == (1, 96)
+
+
+@pytest.mark.parametrize(("start", "shape", "match"), [(80, (1, 32), "outside"), (4, (1, 16), "aligned")])
+def test_row_view_rejects_a_range_outside_or_misaligned(start, shape, match):
+    base = tvm.runtime.tensor(np.zeros((1, 96), np.float32))
+    with pytest.raises(ArgumentError, match=match):
+        row_view(base, start, shape)
+
+
+def test_stack_and_unstack_are_inverse(rng):
+    m = preset("qwen3.5-0.8b")
+    w = random_weights(m, "attention", rng)
+    stacked = stack(w, "qkv_proj")
+    assert set(stacked) == set(w) - set(STACKED["qkv_proj"]) | {"qkv_proj"}
+    assert stacked["qkv_proj"].shape == m.projections["qkv_proj"]
+    back = unstack(m, stacked)
+    for name in w:
+        np.testing.assert_array_equal(back[name], w[name])
+
+
+def test_every_preset_stacks_its_projections_at_b1_only():
+    for name in ("qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3-next-80b-a3b"):
+        one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
+        assert all(stacks_projections(one, s) and not stacks_projections(two, s) for s in STACKED)
+        assert "gemv_in_proj" in kernel_names(one) and "gemv_in_proj_qkv" in kernel_names(two)
