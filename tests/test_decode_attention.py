@@ -10,6 +10,7 @@ from conftest import assert_close
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.ops import decode_attention as decode_attention_ops
 from gdn_tvm.ops.decode_attention import reduce_layout
 from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_reduce, decode_attention_split
 from gdn_tvm.registry import OPS
@@ -99,9 +100,16 @@ def test_reduce_never_reads_empty_splits(kernels, rng):
     assert np.isfinite(out[x["slots"] >= 0]).all() and np.isnan(out[x["slots"] < 0]).all()
 
 
-def test_reduce_wide_layout(rng):
-    """The many-rows layout against the reference on random partials (NaN on the splits past each sequence)."""
+def test_reduce_layouts_by_rows():
     assert reduce_layout(CFG) == (32, 64) and reduce_layout(WIDE) == (8, WIDE.model.head_dim)
+    assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b))[0] for b in (32, 128, 256)] == [8, 2, 1]
+
+
+@pytest.mark.parametrize("resident", [decode_attention_ops.RESIDENT_THREADS, 1], ids=["8-groups", "1-group"])
+def test_reduce_wide_layout(resident, rng, monkeypatch):
+    """The many-rows layout against the reference on random partials (NaN on the splits past each sequence)."""
+    monkeypatch.setattr(decode_attention_ops, "RESIDENT_THREADS", resident)
+    assert reduce_layout(WIDE)[0] == (8 if resident > 1 else 1)
     shape = (WIDE.batch, WIDE.model.n_q_heads, WIDE.n_splits)
     positions = rng.integers(0, WIDE.max_len, WIDE.batch).astype(np.int32)
     positions[:3] = [0, WIDE.split_len, WIDE.max_len - 1]

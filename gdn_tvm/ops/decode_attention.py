@@ -34,6 +34,7 @@ from gdn_tvm.signature import Arg
 STAGES = ("unsplit", "split", "reduce")
 TILE_MAX = 64
 REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block per (lane, head) fills the GPU
+RESIDENT_THREADS = 132 * 2048  # H200: threads resident at once; the wide reduce's blocks fit in one wave
 
 
 def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
@@ -316,12 +317,17 @@ def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
 
     Few rows (B=1): 32 groups x 64-wide chunks, so a head spreads over D / 64 blocks of 32 groups x 16 float4
     threads (qwen3.5-4b at 32k on the H200: 15.1 us; one block of 8 groups a head took 23.5 us). Many rows
-    (B=32): one block per (lane, head) of 8 groups x all of D (10.8 us at qwen3.5-4b B=32, 4096 positions; the
-    chunked layout took 30.0 us there, its blocks too small)."""
+    (B=32): one block per (lane, head) of up to 8 groups x all of D (10.8 us at qwen3.5-4b B=32, 4096 positions; the
+    chunked layout took 30.0 us there, its blocks too small), halving the groups until every block is resident at
+    once (`RESIDENT_THREADS`, D/4 threads a group): at B=256, 8 groups made 7.8 waves of 512-thread blocks, each a
+    chain of dependent loads (35.9 us for 38 MB); one group a block, its splits in flight together, is one wave."""
     B, _, _, Hq, _, D, _, NS = _sizes(cfg)
     if B * Hq < REDUCE_WIDE_ROWS:
         return min(32, NS), min(64, D)
-    return min(8, NS), D
+    groups = 8
+    while groups > 1 and B * Hq * groups * (D // 4) > RESIDENT_THREADS:
+        groups //= 2
+    return min(groups, NS), D
 
 
 def _reduce(cfg: DecodeConfig):
