@@ -29,6 +29,7 @@ GPU_CASES = {
     "next80b-B32": DecodeConfig(preset("qwen3-next-80b-a3b"), batch=32, slots=40, max_len=1024, split_len=256),
 }
 ROPE_LONG = DecodeConfig(preset("qwen3.5-4b"), batch=4, max_len=2**18 + 1)
+WIDE_B = DecodeConfig(preset("qwen3.5-4b"), batch=256, max_len=1024)  # defaults that switch at large B
 
 
 @pytest.mark.parametrize("case", GPU_CASES)
@@ -40,6 +41,12 @@ def test_op_on_gpu(name, case, rng):
 @pytest.mark.parametrize("name", ["partial_neox_rope", "partial_neox_rope_indirect"])
 def test_rope_large_positions_on_gpu(name, rng):
     check_op_against_reference(OPS[name], ROPE_LONG, cuda(), rng)
+
+
+@pytest.mark.parametrize("name", ["partial_neox_rope_indirect", "decode_attention_reduce"])
+def test_large_batch_defaults_on_gpu(name, rng):
+    """RoPE's shared angles (from `MANY_HEADS` warps) and the one-group reduce (one resident wave) at B=256."""
+    check_op_against_reference(OPS[name], WIDE_B, cuda(), rng)
 
 
 LAYER_GPU = {
