@@ -60,7 +60,7 @@ for part in "${parts[@]}"; do
     ncu:*)  # "ncu:OP BATCH [POSITION]": Nsight Compute on OP's kernels at that batch (the op benchmark's shapes)
         read -r op batch position <<<"${part#ncu:}"
         ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
-            --section LaunchStats --section WarpStateStats --section SchedulerStats \
+            --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
             python3 -m benchmarks.profile --op "$op" --batch "${batch:-1}" ${position:+--position "$position"} \
             ${library[@]+"${library[@]}"} >"$out/ncu_${op}_b${batch:-1}.txt" 2>&1 || status=1
         ;;
