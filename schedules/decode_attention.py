@@ -11,6 +11,8 @@ summed across warps through shared memory. Reduce: one CTA per (lane, head, chun
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
@@ -190,7 +192,7 @@ def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
         blk = sch.get_sblock(name)
         g, i = sch.get_loops(blk)[-2:]
         sch.bind(g, "threadIdx.y")
-        io, ii = sch.split(i, factors=[None, unroll])
+        io, ii = sch.split(i, factors=[None, math.gcd(unroll, int(sch.get(i).extent))])
         sch.unroll(ii)
         write_back = sch.cache_write(blk, 0, "local")  # a register over the loop, then one shared store
         sch.set_scope(write_back, 0, "shared")
@@ -203,7 +205,7 @@ def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
     sch.bind(g, "threadIdx.y")
     threads = int(sch.get(d).extent) // vector
     dl, tx, v = sch.split(d, factors=[None, threads, vector])
-    io, ii = sch.split(i, factors=[None, unroll])
+    io, ii = sch.split(i, factors=[None, math.gcd(unroll, int(sch.get(i).extent))])
     sch.reorder(tx, dl, io, ii, v)
     sch.bind(tx, "threadIdx.x")
     sch.unroll(ii)
