@@ -332,11 +332,12 @@ def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
 
 def _reduce(cfg: DecodeConfig):
     """Per (lane, head, `DC`-wide chunk of D) one block: the splits fall into `GS` groups (`j = g + GS*i`,
-    `i < GI = ceil(NS / GS)`), those past the valid `j < n` masked (they hold stale values: `split`); per group a partial max, denominator and numerator (`part_max`, `part_den`, `part_num`), then the
-    groups holding a split (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its
-    head's maxima and denominators (a few scalars a split). The groups are independent chains of loads (one chain
-    over 256 splits took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC`
-    elements per CTA within the thread limit and spread a head over `D / DC` CTAs."""
+    `i < GI = ceil(NS / GS)`), those past the valid `j < n` masked (they hold stale values: `split`); per group a
+    partial max, denominator and numerator (`part_max`, `part_den`, `part_num`), then the groups holding a split
+    (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its head's maxima and
+    denominators (a few scalars a split). The groups are independent chains of loads (one chain over 256 splits
+    took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC` elements per CTA
+    within the thread limit and spread a head over `D / DC` CTAs."""
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
     GS, DC = reduce_layout(cfg)
     NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group (the valid ones masked at run time)
