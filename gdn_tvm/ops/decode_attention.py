@@ -399,7 +399,8 @@ def _reduce(cfg: DecodeConfig):
                                     pden[vb, vh, vc, vg] = T.float32(0)
                                 pden[vb, vh, vc, vg] = (
                                     pden[vb, vh, vc, vg]
-                                    + valid(vg, vi, n) * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
                                     * l[vb, vh, split(vg, vi, n)]
                                 )
                     for g, d in T.grid(GS, DC):
@@ -411,7 +412,8 @@ def _reduce(cfg: DecodeConfig):
                                     pnum[vb, vh, vc, vg, vd] = T.float32(0)
                                 pnum[vb, vh, vc, vg, vd] = (
                                     pnum[vb, vh, vc, vg, vd]
-                                    + valid(vg, vi, n) * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
                                     * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
                                 )
                     for g in range(T.min(GS, n)):  # the groups holding a split (g < n)
