@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from gdn_tvm.config import DecodeConfig
 
@@ -178,6 +178,13 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, LANES])[1], "threadIdx.x")
 
 
+def _unroll(sch: s_tir.Schedule, loop, unroll: int) -> int:
+    """The unroll factor of a reduce loop over splits: `unroll`, or a divisor of a fixed extent (no guard per
+    unrolled step: the masked layout's loads then issue unconditionally)."""
+    extent = sch.get(loop).extent
+    return math.gcd(unroll, int(extent)) if isinstance(extent, tirx.IntImm) else unroll
+
+
 def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
     """One CTA per (lane, head, chunk of D): threadIdx.y is the split group, threadIdx.x owns a `vector`-wide
     piece of the chunk.
@@ -192,7 +199,7 @@ def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
         blk = sch.get_sblock(name)
         g, i = sch.get_loops(blk)[-2:]
         sch.bind(g, "threadIdx.y")
-        io, ii = sch.split(i, factors=[None, math.gcd(unroll, int(sch.get(i).extent))])
+        io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
         sch.unroll(ii)
         write_back = sch.cache_write(blk, 0, "local")  # a register over the loop, then one shared store
         sch.set_scope(write_back, 0, "shared")
@@ -205,7 +212,7 @@ def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
     sch.bind(g, "threadIdx.y")
     threads = int(sch.get(d).extent) // vector
     dl, tx, v = sch.split(d, factors=[None, threads, vector])
-    io, ii = sch.split(i, factors=[None, math.gcd(unroll, int(sch.get(i).extent))])
+    io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
     sch.reorder(tx, dl, io, ii, v)
     sch.bind(tx, "threadIdx.x")
     sch.unroll(ii)

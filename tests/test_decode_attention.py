@@ -105,24 +105,27 @@ def test_reduce_layouts_by_rows():
     assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b))[0] for b in (32, 128, 256)] == [8, 2, 1]
 
 
-@pytest.mark.parametrize("resident", [decode_attention_ops.RESIDENT_THREADS, 1], ids=["8-groups", "1-group"])
-def test_reduce_wide_layout(resident, rng, monkeypatch):
-    """The many-rows layout against the reference on random partials (NaN on the splits past each sequence)."""
-    monkeypatch.setattr(decode_attention_ops, "RESIDENT_THREADS", resident)
-    assert reduce_layout(WIDE)[0] == (8 if resident > 1 else 1)
-    shape = (WIDE.batch, WIDE.model.n_q_heads, WIDE.n_splits)
-    positions = rng.integers(0, WIDE.max_len, WIDE.batch).astype(np.int32)
-    positions[:3] = [0, WIDE.split_len, WIDE.max_len - 1]
-    past = np.broadcast_to(np.arange(WIDE.n_splits) > (positions // WIDE.split_len)[:, None, None], shape)
-    parts = {"m": rng.standard_normal(shape), "l": rng.uniform(0.5, 2.0, shape),
-             "acc": rng.standard_normal(shape + (WIDE.model.head_dim,))}  # fmt: skip
+@pytest.mark.parametrize("layout", ["masked", "wide-8-groups", "wide-1-group"])
+def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
+    """Each reduce layout against the reference on random partials: NaN on the splits past each sequence, and maxima
+    spread over +-150 (a masked split's weight must not overflow to inf, which times 0 is NaN)."""
+    cfg = CFG if layout == "masked" else WIDE
+    if layout == "wide-1-group":
+        monkeypatch.setattr(decode_attention_ops, "RESIDENT_THREADS", 1)
+    assert reduce_layout(cfg)[0] == {"masked": 32, "wide-8-groups": 8, "wide-1-group": 1}[layout]
+    shape = (cfg.batch, cfg.model.n_q_heads, cfg.n_splits)
+    positions = rng.integers(0, cfg.max_len, cfg.batch).astype(np.int32)
+    positions[:3] = [0, cfg.split_len, cfg.max_len - 1]
+    past = np.broadcast_to(np.arange(cfg.n_splits) > (positions // cfg.split_len)[:, None, None], shape)
+    parts = {"m": rng.uniform(-150.0, 150.0, shape), "l": rng.uniform(0.5, 2.0, shape),
+             "acc": rng.standard_normal(shape + (cfg.model.head_dim,))}  # fmt: skip
     for v in parts.values():
         v[past] = np.nan
-    slots = np.arange(WIDE.batch, dtype=np.int32)
-    slots[3] = -1
-    out = np.full((WIDE.batch, WIDE.model.n_q_heads, WIDE.model.head_dim), np.nan, np.float32)
-    kernel = compile_op(OPS["decode_attention_reduce"], WIDE, llvm())
+    slots = np.arange(cfg.batch, dtype=np.int32)
+    slots[1] = -1
+    out = np.full((cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim), np.nan, np.float32)
+    kernel = compile_op(OPS["decode_attention_reduce"], cfg, llvm())
     kernel(**{k: v.astype(np.float32) for k, v in parts.items()}, slots=slots, positions=positions, out=out)
     ref = np.full(out.shape, np.nan)
-    decode_attention_reduce(**parts, slots=slots, positions=positions, out=ref, split_len=WIDE.split_len)
-    assert_close(out, ref, TOL_OP, "reduce.out (wide layout)")
+    decode_attention_reduce(**parts, slots=slots, positions=positions, out=ref, split_len=cfg.split_len)
+    assert_close(out, ref, TOL_OP, f"reduce.out ({layout})")
