@@ -341,7 +341,7 @@ def _reduce(cfg: DecodeConfig):
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
     GS, DC = reduce_layout(cfg)
     NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group at most
-    masked = B * Hq < REDUCE_WIDE_ROWS  # the chunked layout: all GI splits of a group, masked (see `term`)
+    masked = B * Hq < REDUCE_WIDE_ROWS  # the chunked layout: all GI splits of a group, masked (see `split`)
 
     def trips(n):
         """Splits a group visits: GI (masked), or those up to the valid `n`."""
