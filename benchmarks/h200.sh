@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
-#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps] [ncu:...]
+#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps] [sweep:...] [ncu:...]
 # tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS instead of the tests folder, e.g. one file per GPU);
 # tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the start if set (the logs come back as
 # a tarball, also after a stop; a later run resumes them); ops[:ARGS]: the op benchmark (ARGS: more of its
 # arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark;
+# sweep:ARGS: a knob sweep (benchmarks/sweep.py ARGS) into OUT_DIR/sweeps.jsonl;
 # ncu:OP BATCH [POSITION]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
 # Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
@@ -56,6 +57,10 @@ for part in "${parts[@]}"; do
         timeout $((deadline - SECONDS)) python3 -m gdn_tvm.tune --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
             status=1
         tar czf "$out/tuning_logs_cuda.tgz" tuning_logs/cuda  # also after a timeout: the next run resumes
+        ;;
+    sweep:*)  # "sweep:ARGS": benchmarks.sweep ARGS (--op OP --batches ... [--max-len --split-len --position])
+        # shellcheck disable=SC2086
+        python3 -m benchmarks.sweep ${part#sweep:} --out "$out/sweeps.jsonl" >>"$out/sweep.log" 2>&1 || status=1
         ;;
     ncu:*)  # "ncu:OP BATCH [POSITION]": Nsight Compute on OP's kernels at that batch (the op benchmark's shapes)
         read -r op batch position <<<"${part#ncu:}"

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted: dict[str, tuple] = {}  # one module per config, holding every op any benchmark needs of it
     for cfg, names in (
         [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES]
-        + [(op_config(OP_PRESET, b), ["delta_rule"]) for b in DELTA_BATCHES]
+        + [(op_config(OP_PRESET, b), ["delta_rule", "delta_rule_fused"]) for b in DELTA_BATCHES]
         + [(cfg, kernel_names(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
     ):
         _, have = wanted.setdefault(cfg.key, (cfg, []))

@@ -48,10 +48,13 @@ def inputs(
     return values
 
 
-def input_sets(op: Op, cfg: DecodeConfig, rng: np.random.Generator, sets: int, device: str = "cuda") -> list[dict]:
-    """`sets` distinct copies of one random input set, copied on the device: sampling each on the host stalled the
-    B=256 run (the scatter moves 2 MiB but takes 2 GiB of caches, and asks for 24 sets)."""
-    first = inputs(op, cfg, rng, device)
+def input_sets(
+    op: Op, cfg: DecodeConfig, rng: np.random.Generator, sets: int, device: str = "cuda", position: int | None = None
+) -> list[dict]:
+    """`sets` distinct copies of one random input set (every sequence at `position`, default the last row), copied
+    on the device: sampling each on the host stalled the B=256 run (the scatter moves 2 MiB but takes 2 GiB of
+    caches, and asks for 24 sets)."""
+    first = inputs(op, cfg, rng, device, position)
     return [first] + [clone(first) for _ in range(sets - 1)]
 
 

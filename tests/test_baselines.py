@@ -9,7 +9,7 @@ import torch
 import tvm
 from conftest import CASES, assert_close
 
-from benchmarks import profile, steps, torch_ops
+from benchmarks import profile, steps, sweep, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -134,3 +134,9 @@ def test_profile_rejects_a_position_past_the_cache(capsys):
     with pytest.raises(SystemExit):
         profile.main(["--op", "decode_attention_split", "--batch", "1", "--position", "32768"])
     assert "--position 32768 is outside the cache's 32768 rows" in capsys.readouterr().err
+
+
+def test_sweep_rejects_a_position_past_the_cache(rng):
+    """(Before anything compiles or touches a GPU.)"""
+    with pytest.raises(ValueError, match="outside the cache"):
+        sweep.sweep("decode_attention_split", "qwen3.5-4b", 1, rng, position=10**6, max_len=4096)
