@@ -6,9 +6,11 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
-_LOCAL = ("qk_head", "decay", "state_load", "kq", "sk", "sq", "delta")  # per-thread intermediates on CUDA
-_ALONG_DK = ("qk_head", "state_load", "kq", "sk", "sq", "update")  # blocks whose innermost loop runs along Dk
-_FUSED = ("qk_raw", "qk_sumsq", "beta")  # the fused variant's blocks before the recurrence (L2 norm, gates)
+# Block lists name the fused variant's blocks too (`_FUSED`: L2 norm and gates); `_blocks` drops them otherwise.
+_FUSED = ("qk_raw", "qk_sumsq", "beta")
+_LOCAL = ("qk_raw", "qk_sumsq", "qk_head", "decay", "beta", "state_load", "kq", "sk", "sq", "delta")  # registers
+_ALONG_DK = ("qk_raw", "qk_sumsq", "qk_head", "state_load", "kq", "sk", "sq", "update")  # innermost loop along Dk
+_VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without an allreduce inside
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
@@ -37,9 +39,9 @@ def _rows(cfg: DecodeConfig) -> tuple[int, int]:
     return 8, 1
 
 
-def _per_head(fused: bool) -> tuple[str, ...]:
-    """The blocks computed once per (lane, value head) or CTA, consumers first."""
-    return _PER_HEAD if fused else tuple(n for n in _PER_HEAD if n not in _FUSED)
+def _blocks(names: tuple[str, ...], fused: bool) -> tuple[str, ...]:
+    """`names` that the variant's definition has."""
+    return names if fused else tuple(n for n in names if n not in _FUSED)
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, fused: bool = False, vector: int = 8) -> None:
@@ -49,9 +51,9 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, fused: bool = False, vector: in
     sch.parallel(bh)
     for name in ("delta", "sq", "sk", "state_load"):
         sch.compute_at(sch.get_sblock(name), i)
-    for name in _per_head(fused):
+    for name in _blocks(_PER_HEAD, fused):
         sch.compute_at(sch.get_sblock(name), bh)
-    for name in ("qk_raw", "qk_head", "state_load", "update") if fused else ("qk_head", "state_load", "update"):
+    for name in _blocks(_VECTORISED, fused):
         _, v = sch.split(sch.get_loops(sch.get_sblock(name))[-1], factors=[None, vector])
         sch.vectorize(v)
 
@@ -92,15 +94,15 @@ def cuda(
     for name in ("sq", "sk"):  # both allreduces first: independent, and their results live at once
         sch.compute_at(sch.get_sblock(name), ri, index=-2)
     sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
-    for name in _per_head(fused):
+    for name in _blocks(_PER_HEAD, fused):
         sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
-    for name in _LOCAL + (_FUSED if fused else ()):
+    for name in _blocks(_LOCAL, fused):
         sch.set_scope(sch.get_sblock(name), 0, "local")
-    for name in _ALONG_DK + (_FUSED[:2] if fused else ()):
+    for name in _blocks(_ALONG_DK, fused):
         blk = sch.get_sblock(name)
         lane, steps, vec = sch.split(sch.get_loops(blk)[-1], factors=[lanes, None, vector])
         sch.bind(lane, "threadIdx.x")
-        if name in ("qk_raw", "qk_head", "state_load", "update"):  # no allreduce inside: explicit unrolls are safe
+        if name in _VECTORISED:  # no allreduce inside: explicit unrolls are safe
             sch.vectorize(vec)
             sch.unroll(steps)
         if name in ("qk_raw", "qk_head", "state_load"):  # all rows (q and k) loaded together, into registers

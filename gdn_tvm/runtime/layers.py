@@ -183,15 +183,19 @@ class AttentionLayer(_Layer):
 LAYERS = {"gdn": GDNLayer, "attention": AttentionLayer}
 
 
+def _input_gemvs(cfg: DecodeConfig, stacked: str) -> list[str]:
+    """The GEMVs of a mixer's input projections: the stacked one, or one a projection."""
+    return [f"gemv_{stacked}"] if stacks_projections(cfg, stacked) else [f"gemv_{p}" for p in STACKED[stacked]]
+
+
 def kernel_names(cfg: DecodeConfig, kinds: tuple[str, ...] = ("gdn", "attention")) -> list[str]:
     """Registry ops that the layers of `kinds` launch for `cfg`."""
     names = []
     if "gdn" in kinds:
-        names += ["gemv_in_proj"] if stacks_projections(cfg, "in_proj") else [f"gemv_{p}" for p in STACKED["in_proj"]]
+        names += _input_gemvs(cfg, "in_proj")
         names += ["causal_conv1d_silu", "delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
     if "attention" in kinds:
-        stacked = stacks_projections(cfg, "qkv_proj")
-        names += ["gemv_qkv_proj"] if stacked else [f"gemv_{p}" for p in STACKED["qkv_proj"]]
+        names += _input_gemvs(cfg, "qkv_proj")
         names += ["split_interleaved", "per_head_rmsnorm", "partial_neox_rope_indirect", "kv_row_scatter_indirect"]
         names += ["sigmoid_gate", "gemv_o_proj"]
         names += (

@@ -10,6 +10,7 @@ use it to give each consumer its part of a stacked projection.
 from __future__ import annotations
 
 import ctypes
+import math
 
 import tvm
 
@@ -55,9 +56,7 @@ ALIGN = 64  # bytes: a view starts where the kernels' vector loads may (TVM allo
 def row_view(base: tvm.runtime.Tensor, start: int, shape: tuple[int, ...]) -> tvm.runtime.Tensor:
     """The float32 elements `[start, start + prod(shape))` of contiguous `base`, as a tensor of `shape` that lives no
     longer than `base`."""
-    count = 1
-    for n in shape:
-        count *= n
+    count = math.prod(shape)
     if base.dtype != "float32" or not base.is_contiguous():
         raise ArgumentError(f"row_view: base must be contiguous float32, got {base.dtype}")
     if not 0 <= start <= start + count <= base.numel():
