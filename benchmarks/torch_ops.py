@@ -107,6 +107,13 @@ def gemv(model, w, x, y, **_):
     torch.matmul(x, w.t(), out=y)
 
 
+def gemv_conv(model, w, x, conv_weight, state, slots, y, **_):
+    c = conv_weight.shape[0]
+    proj = x @ w.t()
+    y[:, c:] = proj[:, c:]
+    causal_conv1d_silu(model, proj[:, :c], conv_weight, state, slots, y[:, :c])
+
+
 def baseline(op):
     """The implementation of registry op `op` (by name, else by family); None for the split-KV reduce, whose
     PyTorch counterpart is part of `decode_attention`."""
@@ -129,4 +136,6 @@ BASELINES = {
     "decode_attention": decode_attention,
     "sigmoid_gate": sigmoid_gate,
     "gemv": gemv,
+    "gemv_in_proj_qkv_conv": gemv_conv,
+    "gemv_in_proj_conv": gemv_conv,
 }

@@ -84,9 +84,10 @@ def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
     return sizes
 
 
-def _gemv_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
+def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False) -> dict[str, object]:
     rows, cols = cfg.model.projections[proj]
-    return {"B": cfg.batch, "N": rows, "K": cols}
+    sizes: dict[str, object] = {"B": cfg.batch, "N": rows, "K": cols}
+    return {**sizes, **_dims("slots", "conv_dim", "conv_kernel")(cfg)} if conv else sizes
 
 
 def _entry(
@@ -170,6 +171,18 @@ _ENTRIES = [
         )
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
+    *(
+        _entry(
+            "gemv",
+            partial(_gemv_sizes, proj=proj, conv=True),
+            name=f"gemv_{proj}_conv",
+            ref="gemv_conv",
+            key_name="gemv_conv",
+            proj=proj,
+            conv=True,
+        )
+        for proj in ("in_proj_qkv", "in_proj")
+    ),
     *(
         _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)
         for proj in (

@@ -1,4 +1,7 @@
-"""gemv schedules: `y[b, n] = sum_k x[b, k] * w[n, k]`, each weight element read once for all B lanes."""
+"""gemv schedules: `y[b, n] = sum_k x[b, k] * w[n, k]`, each weight element read once for all B lanes.
+
+With the conv epilogue (`conv=True`), the thread that owns a finished row runs its conv and shifts its state.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +23,12 @@ WIDE_ROWS = 16
 KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8, batch_tile: int = 4) -> None:
+def llvm(
+    sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, conv: bool = False, vector: int = 8, batch_tile: int = 4
+) -> None:
     """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load
-    serving the tile's lanes (the row of w stays in cache across tiles)."""
+    serving the tile's lanes (the row of w stays in cache across tiles). The conv epilogue: (lane, row) in
+    parallel after the projection."""
     blk = sch.get_sblock("gemv")
     b, n, k = sch.get_loops(blk)
     ko, kv = sch.split(k, factors=[None, vector])
@@ -35,12 +41,17 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8, bat
     sch.set_scope(rf, 0, "local")
     sch.vectorize(kv)
     sch.decompose_reduction(rf, ko)
+    if conv:
+        for name in ("conv", "store"):
+            b, n, *_ = sch.get_loops(sch.get_sblock(name))
+            sch.parallel(sch.fuse(b, n))
 
 
 def cuda(
     sch: s_tir.Schedule,
     cfg: DecodeConfig,
     proj: str,
+    conv: bool = False,
     rows: int | None = None,
     threads_per_row: int | None = None,
     vector: int = 4,
@@ -58,6 +69,8 @@ def cuda(
     Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
     <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on;
     from 8 lanes on, projections of >= 1024 rows take `WIDE_ROWS` rows a CTA and 32 threads a row.
+    The conv epilogue: a row group's sums go to shared memory, then one thread per (lane, row) of the group
+    writes its y and (conv rows) its state row.
     """
     layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread)
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
@@ -101,6 +114,14 @@ def cuda(
     sch.decompose_reduction(rf, kc)
     _, ku = sch.split(ki, factors=[None, _divisor_at_most(k_chunk, unroll)])
     sch.unroll(ku)
+    if conv:
+        sch.set_scope(blk, 0, "shared")
+        for name in ("conv", "store"):
+            block = sch.get_sblock(name)
+            sch.reverse_compute_at(block, ny, preserve_unit_loops=True)
+            b, n, *_ = sch.get_loops(block)[2:]
+            _, tx = sch.split(sch.fuse(b, n), factors=[None, threads_per_row])
+            sch.bind(tx, "threadIdx.x")
 
 
 def cuda_layout(

@@ -2,7 +2,22 @@
 
 import numpy as np
 
+from gdn_tvm.reference.causal_conv1d_silu import causal_conv1d_silu
+
 
 def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     """w: [N, K], x: [B, K] -> y[:] = x @ w.T, [B, N]."""
     y[...] = x @ w.T
+
+
+def gemv_conv(
+    w: np.ndarray, x: np.ndarray, conv_weight: np.ndarray, state: np.ndarray, slots: np.ndarray, y: np.ndarray
+) -> None:
+    """w: [N, K], x: [B, K]; conv_weight: [C, Kc]; state: [S, C, Kc-1], shifted in place; slots: [B] -> y: [B, N].
+
+    gemv, then causal_conv1d_silu on its first C rows (lanes with slot -1 leave those rows and their state untouched).
+    """
+    proj = x @ w.T
+    c = conv_weight.shape[0]
+    y[:, c:] = proj[:, c:]
+    causal_conv1d_silu(proj[:, :c], conv_weight, state, slots, y[:, :c])

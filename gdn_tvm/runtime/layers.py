@@ -9,7 +9,8 @@ runs, so the same plan (or a CUDA graph captured from it) serves every position.
 At B = 1 a mixer's input projections are one GEMV over their stacked weights (`config.STACKED`), each consumer
 reading its part of the one output row through a `row_view`: one launch where there were four (GDN) or three
 (attention). From two lanes on a part is no longer contiguous across lanes, and each projection keeps its GEMV.
-The GDN layer's L2 norm, gates and recurrence are one kernel (`delta_rule_fused`).
+The GDN layer's conv1d + SiLU is the epilogue of the GEMV producing its qkv rows (`gemv_<proj>_conv`), and its
+L2 norm, gates and recurrence are one kernel (`delta_rule_fused`).
 """
 
 from __future__ import annotations
@@ -93,19 +94,23 @@ class _Layer:
     def _act(self, *shape: int) -> tvm.runtime.Tensor:
         return tvm.runtime.empty(shape, "float32", self.device)
 
-    def _project(self, *outputs: tuple[str, tuple[int, ...]]) -> list[tvm.runtime.Tensor]:
+    def _project(self, *outputs: tuple[str, tuple[int, ...]], **conv) -> list[tvm.runtime.Tensor]:
         """Launch the input projections; returns their outputs, one activation of each `(projection, shape)` given in
-        `STACKED` order: row views of one stacked GEMV's output at B = 1, else one GEMV into each."""
+        `STACKED` order: row views of one stacked GEMV's output at B = 1, else one GEMV into each. `conv` (the conv
+        epilogue's conv_weight, state and slots): the GEMV producing the first output runs its `_conv` variant."""
         B = self.cfg.batch
         if not self.stacks:
             acts = [self._act(*shape) for _, shape in outputs]
-            for (name, _), y in zip(outputs, acts, strict=True):
-                self._launch(f"gemv_{name}", w=self.weights[name], x=self.x, y=_view(y, B, y.numel() // B))
+            for i, ((name, _), y) in enumerate(zip(outputs, acts, strict=True)):
+                epilogue = conv if i == 0 else {}
+                op = f"gemv_{name}_conv" if epilogue else f"gemv_{name}"
+                self._launch(op, w=self.weights[name], x=self.x, y=_view(y, B, y.numel() // B), **epilogue)
             return acts
         if tuple(name for name, _ in outputs) != STACKED[self.stacked]:
             raise ValueError(f"{self.stacked}: outputs {[n for n, _ in outputs]} are not {STACKED[self.stacked]}")
         self.projected = self._act(1, self.cfg.model.projections[self.stacked][0])  # owns the views' memory
-        self._launch(f"gemv_{self.stacked}", w=self.weights[self.stacked], x=self.x, y=self.projected)
+        op = f"gemv_{self.stacked}_conv" if conv else f"gemv_{self.stacked}"
+        self._launch(op, w=self.weights[self.stacked], x=self.x, y=self.projected, **conv)
         views, start = [], 0
         for _, shape in outputs:
             views.append(row_view(self.projected, start, shape))
@@ -126,7 +131,8 @@ class _Layer:
 
 
 class GDNLayer(_Layer):
-    """projections -> conv1d+SiLU -> (L2 norms, gates, delta rule: one kernel) -> gated RMSNorm -> out_proj."""
+    """projections (conv1d+SiLU as the qkv rows' epilogue) -> (L2 norms, gates, delta rule: one kernel) -> gated
+    RMSNorm -> out_proj."""
 
     kind = "gdn"
     stacked = "in_proj"
@@ -137,11 +143,15 @@ class GDNLayer(_Layer):
         hv, dv = m.n_v_heads, m.head_v_dim
         self.conv_state = self._state(cfg.slots, m.conv_dim, m.conv_kernel - 1)
         self.rec_state = self._state(cfg.slots, hv, dv, m.head_k_dim)
-        mixed, z, b, a = self._project(
-            ("in_proj_qkv", (B, m.conv_dim)), ("in_proj_z", (B, hv, dv)), ("in_proj_b", (B, hv)), ("in_proj_a", (B, hv))
+        conv = {"conv_weight": w["conv1d"], "state": self.conv_state, "slots": io.slots}
+        qkv, z, b, a = self._project(
+            ("in_proj_qkv", (B, m.conv_dim)),
+            ("in_proj_z", (B, hv, dv)),
+            ("in_proj_b", (B, hv)),
+            ("in_proj_a", (B, hv)),
+            **conv,
         )
-        qkv, o, y = self._act(B, m.conv_dim), self._act(B, hv, dv), self._act(B, hv, dv)
-        self._launch("causal_conv1d_silu", x=mixed, weight=w["conv1d"], state=self.conv_state, slots=io.slots, y=qkv)
+        o, y = self._act(B, hv, dv), self._act(B, hv, dv)
         fused = {"a": a, "b": b, "A": w["A"], "dt_bias": w["dt_bias"]}
         self._launch("delta_rule_fused", qkv=qkv, **fused, state=self.rec_state, slots=io.slots, o=o)
         self._launch("gated_rmsnorm", o=o, z=z, w=w["norm"], y=y)
@@ -183,17 +193,19 @@ class AttentionLayer(_Layer):
 LAYERS = {"gdn": GDNLayer, "attention": AttentionLayer}
 
 
-def _input_gemvs(cfg: DecodeConfig, stacked: str) -> list[str]:
-    """The GEMVs of a mixer's input projections: the stacked one, or one a projection."""
-    return [f"gemv_{stacked}"] if stacks_projections(cfg, stacked) else [f"gemv_{p}" for p in STACKED[stacked]]
+def _input_gemvs(cfg: DecodeConfig, stacked: str, conv: bool = False) -> list[str]:
+    """The GEMVs of a mixer's input projections: the stacked one, or one a projection; `conv`: the first runs the
+    conv epilogue."""
+    names = [stacked] if stacks_projections(cfg, stacked) else list(STACKED[stacked])
+    return [f"gemv_{p}_conv" if conv and i == 0 else f"gemv_{p}" for i, p in enumerate(names)]
 
 
 def kernel_names(cfg: DecodeConfig, kinds: tuple[str, ...] = ("gdn", "attention")) -> list[str]:
     """Registry ops that the layers of `kinds` launch for `cfg`."""
     names = []
     if "gdn" in kinds:
-        names += _input_gemvs(cfg, "in_proj")
-        names += ["causal_conv1d_silu", "delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
+        names += _input_gemvs(cfg, "in_proj", conv=True)
+        names += ["delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
     if "attention" in kinds:
         names += _input_gemvs(cfg, "qkv_proj")
         names += ["split_interleaved", "per_head_rmsnorm", "partial_neox_rope_indirect", "kv_row_scatter_indirect"]
