@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
@@ -179,10 +179,9 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
 
 
 def _unroll(sch: s_tir.Schedule, loop, unroll: int) -> int:
-    """The unroll factor of a reduce loop over splits: `unroll`, or a divisor of a fixed extent (no guard per
-    unrolled step: the masked layout's loads then issue unconditionally)."""
-    extent = sch.get(loop).extent
-    return math.gcd(unroll, int(extent)) if isinstance(extent, tirx.IntImm) else unroll
+    """The unroll factor of a reduce loop over a group's splits (a fixed extent): the largest divisor of it that
+    divides `unroll`, so no unrolled step needs a guard and its loads issue unconditionally."""
+    return math.gcd(unroll, int(sch.get(loop).extent))
 
 
 def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:

@@ -105,14 +105,14 @@ def test_reduce_layouts_by_rows():
     assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b))[0] for b in (32, 128, 256)] == [8, 2, 1]
 
 
-@pytest.mark.parametrize("layout", ["masked", "wide-8-groups", "wide-1-group"])
+@pytest.mark.parametrize("layout", ["chunked", "wide-8-groups", "wide-1-group"])
 def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
     """Each reduce layout against the reference on random partials: NaN on the splits past each sequence, and maxima
     spread over +-150 (a masked split's weight must not overflow to inf, which times 0 is NaN)."""
-    cfg = CFG if layout == "masked" else WIDE
+    cfg = CFG if layout == "chunked" else WIDE
     if layout == "wide-1-group":
         monkeypatch.setattr(decode_attention_ops, "RESIDENT_THREADS", 1)
-    assert reduce_layout(cfg)[0] == {"masked": 32, "wide-8-groups": 8, "wide-1-group": 1}[layout]
+    assert reduce_layout(cfg)[0] == {"chunked": 32, "wide-8-groups": 8, "wide-1-group": 1}[layout]
     shape = (cfg.batch, cfg.model.n_q_heads, cfg.n_splits)
     positions = rng.integers(0, cfg.max_len, cfg.batch).astype(np.int32)
     positions[:3] = [0, cfg.split_len, cfg.max_len - 1]

@@ -341,18 +341,12 @@ def _reduce(cfg: DecodeConfig):
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
     GS, DC = reduce_layout(cfg)
     NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group at most
-    masked = B * Hq < REDUCE_WIDE_ROWS  # the chunked layout: all GI splits of a group, masked (see `split`)
-
-    def trips(n):
-        """Splits a group visits: GI (masked), or those up to the valid `n`."""
-        return GI if masked else (n + GS - 1) // GS
 
     def split(g, i, n):
-        """Masked: split `g + GS*i` clamped to the last valid one (`n - 1`, always written, so finite); every load is
-        unconditional and `valid` zeroes the splits past `n`, so nvcc issues a group's loads together, where a load
-        under a branch waited for the one before it (H200, qwen3.5-4b at 32k: 5.49 us against 15.13). The wide
-        layout keeps `if_then_else`: its B=32 records were tuned on it (masked, the tuner measured 8.17 us against
-        10.81 at qwen3.5-4b, 4.81 against 8.37 at 0.8b: a re-tune of those moves it)."""
+        """Split `g + GS*i` clamped to the last valid one (`n - 1`, always written, so finite): a group visits all GI
+        of its splits, every load unconditional, and `valid` zeroes the splits past `n`, so nvcc issues a group's
+        loads together, where a load under a branch waited for the one before it (H200 tuner timings against the
+        `if_then_else` form: qwen3.5-4b at 32k 5.49 us against 15.13, B=32 8.17 against 10.81)."""
         return T.min(g + i * GS, n - 1)
 
     def valid(g, i, n):
@@ -386,66 +380,43 @@ def _reduce(cfg: DecodeConfig):
                     den = T.sblock_alloc_buffer((B, Hq, NC))
                     num = T.sblock_alloc_buffer((B, Hq, NC, DC))
                     for g in range(GS):
-                        for i in range(trips(n)):
+                        for i in range(GI):
                             with T.sblock("part_max"):
                                 vg = T.axis.spatial(GS, g)
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
                                     pmx[vb, vh, vc, vg] = T.min_value("float32")
-                                if masked:
-                                    pmx[vb, vh, vc, vg] = T.max(
-                                        pmx[vb, vh, vc, vg],
-                                        m[vb, vh, split(vg, vi, n)]
-                                        + T.Select(vg + vi * GS < n, T.float32(0), T.min_value("float32")),
-                                    )
-                                else:
-                                    pmx[vb, vh, vc, vg] = T.max(
-                                        pmx[vb, vh, vc, vg],
-                                        T.if_then_else(
-                                            vg + vi * GS < n, m[vb, vh, vg + vi * GS], T.min_value("float32")
-                                        ),
-                                    )
+                                pmx[vb, vh, vc, vg] = T.max(
+                                    pmx[vb, vh, vc, vg],
+                                    m[vb, vh, split(vg, vi, n)]
+                                    + T.Select(vg + vi * GS < n, T.float32(0), T.min_value("float32")),
+                                )
                     for g in range(GS):
-                        for i in range(trips(n)):
+                        for i in range(GI):
                             with T.sblock("part_den"):
                                 vg = T.axis.spatial(GS, g)
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
                                     pden[vb, vh, vc, vg] = T.float32(0)
-                                if masked:
-                                    pden[vb, vh, vc, vg] = (
-                                        pden[vb, vh, vc, vg]
-                                        + valid(vg, vi, n)
-                                        * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                        * l[vb, vh, split(vg, vi, n)]
-                                    )
-                                else:
-                                    pden[vb, vh, vc, vg] = pden[vb, vh, vc, vg] + T.if_then_else(
-                                        vg + vi * GS < n,
-                                        T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vc, vg]) * l[vb, vh, vg + vi * GS],
-                                        T.float32(0),
-                                    )
+                                pden[vb, vh, vc, vg] = (
+                                    pden[vb, vh, vc, vg]
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    * l[vb, vh, split(vg, vi, n)]
+                                )
                     for g, d in T.grid(GS, DC):
-                        for i in range(trips(n)):
+                        for i in range(GI):
                             with T.sblock("part_num"):
                                 vg, vd = T.axis.remap("SS", [g, d])
                                 vi = T.axis.reduce(NS, i)
                                 with T.init():
                                     pnum[vb, vh, vc, vg, vd] = T.float32(0)
-                                if masked:
-                                    pnum[vb, vh, vc, vg, vd] = (
-                                        pnum[vb, vh, vc, vg, vd]
-                                        + valid(vg, vi, n)
-                                        * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                        * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
-                                    )
-                                else:
-                                    pnum[vb, vh, vc, vg, vd] = pnum[vb, vh, vc, vg, vd] + T.if_then_else(
-                                        vg + vi * GS < n,
-                                        T.exp(m[vb, vh, vg + vi * GS] - pmx[vb, vh, vc, vg])
-                                        * acc[vb, vh, vg + vi * GS, vc * DC + vd],
-                                        T.float32(0),
-                                    )
+                                pnum[vb, vh, vc, vg, vd] = (
+                                    pnum[vb, vh, vc, vg, vd]
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
+                                )
                     for g in range(T.min(GS, n)):  # the groups holding a split (g < n)
                         with T.sblock("max"):
                             vg = T.axis.reduce(GS, g)
