@@ -114,6 +114,13 @@ def gemv_conv(model, w, x, conv_weight, state, slots, y, **_):
     causal_conv1d_silu(model, proj[:, :c], conv_weight, state, slots, y[:, :c])
 
 
+def gemv_norm(model, w, x, z, norm_weight, y, **_):
+    heads = (x.shape[0], -1, norm_weight.shape[0])
+    normed = torch.empty_like(x)
+    gated_rmsnorm(model, x.view(heads), z.view(heads), norm_weight, normed.view(heads))
+    gemv(model, w, normed, y)
+
+
 def baseline(op):
     """The implementation of registry op `op` (by name, else by family); None for the split-KV reduce, whose
     PyTorch counterpart is part of `decode_attention`."""
@@ -138,4 +145,5 @@ BASELINES = {
     "gemv": gemv,
     "gemv_in_proj_qkv_conv": gemv_conv,
     "gemv_in_proj_conv": gemv_conv,
+    "gemv_out_proj_norm": gemv_norm,
 }

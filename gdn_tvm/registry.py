@@ -84,10 +84,12 @@ def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
     return sizes
 
 
-def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False) -> dict[str, object]:
+def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> dict[str, object]:
     rows, cols = cfg.model.projections[proj]
     sizes: dict[str, object] = {"B": cfg.batch, "N": rows, "K": cols}
-    return {**sizes, **_dims("slots", "conv_dim", "conv_kernel")(cfg)} if conv else sizes
+    if conv:
+        sizes |= _dims("slots", "conv_dim", "conv_kernel")(cfg)
+    return sizes | _dims("head_v_dim")(cfg) if norm else sizes
 
 
 def _entry(
@@ -182,6 +184,15 @@ _ENTRIES = [
             conv=True,
         )
         for proj in ("in_proj_qkv", "in_proj")
+    ),
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="out_proj", norm=True),
+        name="gemv_out_proj_norm",
+        ref="gemv_norm",
+        key_name="gemv_norm",
+        proj="out_proj",
+        norm=True,
     ),
     *(
         _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)

@@ -24,11 +24,17 @@ KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_p
 
 
 def llvm(
-    sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, conv: bool = False, vector: int = 8, batch_tile: int = 4
+    sch: s_tir.Schedule,
+    cfg: DecodeConfig,
+    proj: str,
+    conv: bool = False,
+    norm: bool = False,
+    vector: int = 8,
+    batch_tile: int = 4,
 ) -> None:
     """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load
     serving the tile's lanes (the row of w stays in cache across tiles). The conv epilogue: (lane, row) in
-    parallel after the projection."""
+    parallel after the projection; the norm prologue: (lane, head) in parallel before it."""
     blk = sch.get_sblock("gemv")
     b, n, k = sch.get_loops(blk)
     ko, kv = sch.split(k, factors=[None, vector])
@@ -41,10 +47,9 @@ def llvm(
     sch.set_scope(rf, 0, "local")
     sch.vectorize(kv)
     sch.decompose_reduction(rf, ko)
-    if conv:
-        for name in ("conv", "store"):
-            b, n, *_ = sch.get_loops(sch.get_sblock(name))
-            sch.parallel(sch.fuse(b, n))
+    for name in ("conv", "store") if conv else ("sumsq", "normed") if norm else ():
+        b, n, *_ = sch.get_loops(sch.get_sblock(name))
+        sch.parallel(sch.fuse(b, n))
 
 
 def cuda(
@@ -52,6 +57,7 @@ def cuda(
     cfg: DecodeConfig,
     proj: str,
     conv: bool = False,
+    norm: bool = False,
     rows: int | None = None,
     threads_per_row: int | None = None,
     vector: int = 4,
@@ -70,10 +76,14 @@ def cuda(
     <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on;
     from 8 lanes on, projections of >= 1024 rows take `WIDE_ROWS` rows a CTA and 32 threads a row.
     The conv epilogue: a row group's sums go to shared memory, then one thread per (lane, row) of the group
-    writes its y and (conv rows) its state row.
+    writes its y and (conv rows) its state row. The norm prologue: the CTA first sums the squares of its lanes'
+    heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
+    the plain GEMV stages x (at least 2 rows a CTA, so there is a stage).
     """
-    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread)
+    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm)
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
+    if norm and (rows == 1 or cfg.model.head_v_dim % threads_per_row):
+        raise ValueError(f"norm prologue: {rows} rows a CTA, {threads_per_row} threads a row: needs > 1, dividing Dv")
     row_threads = rows // per_thread
     b_tiles = math.ceil(cfg.batch / b_tile)
 
@@ -86,7 +96,8 @@ def cuda(
     no, ny, nt = sch.split(n, factors=[None, row_threads, per_thread])
     kc, ki = sch.split(ko, factors=[None, k_chunk])
     sch.reorder(no, bo, ny, kt, kc, ki, bi, nt, kv)
-    sch.bind(sch.fuse(no, bo), "blockIdx.x")  # B tiles of the same rows are neighbours: w reuse in L2
+    bx = sch.fuse(no, bo)
+    sch.bind(bx, "blockIdx.x")  # B tiles of the same rows are neighbours: w reuse in L2
     sch.bind(ny, "threadIdx.y")
     sch.bind(kt, "threadIdx.x")
 
@@ -100,13 +111,16 @@ def cuda(
     sch.compute_at(w_loc, ki)  # the thread's rows x one vector of K, loaded before the lanes use them
     sch.vectorize(sch.get_loops(w_loc)[-1])
     if rows > 1:  # x is shared by the CTA's rows: stage the chunk once (with one row, each x is read once)
-        x_sh = sch.cache_read(rf, 0, "shared")
+        x_sh = sch.get_sblock("normed") if norm else sch.cache_read(rf, 0, "shared")
+        sch.set_scope(x_sh, 0, "shared")
         sch.compute_at(x_sh, kc)
         fused = sch.fuse(*sch.get_loops(x_sh)[4:])
         _, ty, tx, v = sch.split(fused, factors=[None, row_threads, threads_per_row, vector])
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
         sch.vectorize(v)
+    if norm:
+        _head_sums(sch, bx, row_threads, threads_per_row)
     x_loc = sch.cache_read(rf, 0, "local")
     sch.compute_at(x_loc, bi)
     sch.vectorize(sch.get_loops(x_loc)[-1])
@@ -124,6 +138,17 @@ def cuda(
             sch.bind(tx, "threadIdx.x")
 
 
+def _head_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) -> None:
+    """Block "sumsq" at the start of each CTA, into shared memory: (lane, head) pairs over threadIdx.y, each head
+    reduced by the threadIdx.x threads of a row (a warp-shuffle allreduce)."""
+    sumsq = sch.get_sblock("sumsq")
+    sch.compute_at(sumsq, bx, preserve_unit_loops=True)
+    sch.set_scope(sumsq, 0, "shared")
+    b, h, d = sch.get_loops(sumsq)[-3:]
+    sch.bind(sch.split(sch.fuse(b, h), factors=[None, row_threads])[1], "threadIdx.y")
+    sch.bind(sch.split(d, factors=[None, threads_per_row])[1], "threadIdx.x")
+
+
 def cuda_layout(
     cfg: DecodeConfig,
     proj: str,
@@ -133,8 +158,10 @@ def cuda_layout(
     batch_tile: int = 16,
     smem_bytes: int = 24576,
     rows_per_thread: int | None = None,
+    norm: bool = False,
 ) -> tuple[int, int, int, int, int]:
-    """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule.
+    """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule
+    (`norm`: at least 2 rows a CTA by default).
 
     The grid is `N / rows * ceil(B / lanes)` CTAs of `rows / rows_per_thread * threads_per_row` threads; one K
     step is `threads_per_row * vector` columns.
@@ -145,7 +172,7 @@ def cuda_layout(
     b_tiles = math.ceil(cfg.batch / batch_tile)
     flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
     if rows is None:
-        rows = WIDE_ROWS if flop_bound else rows_per_thread
+        rows = WIDE_ROWS if flop_bound else max(rows_per_thread, 2 if norm and n_rows % 2 == 0 else 1)
         while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
             rows *= 2
     if rows % rows_per_thread or n_rows % rows:

@@ -38,12 +38,11 @@ def make_gated_rmsnorm(cfg: DecodeConfig):
         for b, h, d in T.grid(B, H, D):
             with T.sblock("norm"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
-                y[vb, vh, vd] = (
-                    o[vb, vh, vd]
-                    * T.rsqrt(sumsq[vb, vh] * T.float32(1 / D) + T.float32(EPS))
-                    * w[vd]
-                    * z[vb, vh, vd]
-                    / (T.float32(1) + T.exp(-z[vb, vh, vd]))
-                )
+                y[vb, vh, vd] = gated_norm(o[vb, vh, vd], sumsq[vb, vh], w[vd], z[vb, vh, vd], D)
 
     return gated_rmsnorm
+
+
+def gated_norm(o, sumsq, w, z, dim: int):
+    """`o * rsqrt(sumsq / dim + eps) * w * silu(z)`, sumsq over the head's `dim` elements: a TIR expression."""
+    return o * T.rsqrt(sumsq * T.float32(1 / dim) + T.float32(EPS)) * w * z / (T.float32(1) + T.exp(-z))

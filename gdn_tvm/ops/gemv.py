@@ -3,6 +3,8 @@
 The conv variant (`conv=True`, on a projection whose first `conv_dim` rows are the GDN conv channels: `in_proj_qkv`
 or the stacked `in_proj`) also runs causal_conv1d + SiLU on those rows as its epilogue, so a GDN layer needs no
 conv launch: each conv channel is one output row, so whoever finishes a row owns that channel's state (no race).
+The norm variant (`norm=True`, on `out_proj`) takes the delta-rule output and runs gated_rmsnorm on it as its
+prologue, so a GDN layer needs no norm launch: every CTA recomputes the head sums it needs (a few KB per lane).
 """
 
 from __future__ import annotations
@@ -10,16 +12,26 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
 
-def signature(cfg: DecodeConfig, proj: str, conv: bool = False) -> list[Arg]:
+def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> list[Arg]:
     """w: [N, K] float32 (out, in), x: [B, K] float32 -> y: [B, N] float32; (N, K) = projections[proj].
     Conv: also conv_weight: [C, Kc]; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1: the lane's conv rows
-    are left untouched, the rest written) before y, whose first C rows are `silu(causal_conv1d(...))`."""
+    are left untouched, the rest written) before y, whose first C rows are `silu(causal_conv1d(...))`.
+    Norm: x is the delta-rule output `o` ([B, Hv*Dv], K = Hv*Dv), also z: [B, Hv*Dv] and norm_weight: [Dv]; y is
+    `gated_rmsnorm(o, z, norm_weight) @ w.T`."""
     n, k = cfg.model.projections[proj]
     B, S, C, Kc = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
     head = [Arg("w", (n, k), role="weight"), Arg("x", (B, k))]
+    if norm:
+        return [
+            *head,
+            Arg("z", (B, k)),
+            Arg("norm_weight", (cfg.model.head_v_dim,), role="weight"),
+            Arg("y", (B, n), role="out"),
+        ]
     if not conv:
         return [*head, Arg("y", (B, n), role="out")]
     return [
@@ -32,12 +44,15 @@ def signature(cfg: DecodeConfig, proj: str, conv: bool = False) -> list[Arg]:
     ]
 
 
-def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False):
+def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False):
     """Block "gemv" (the reduction over K); conv: it accumulates into a scratch `proj`, then blocks "conv" (y:
     silu of the window . weight on conv rows, `proj` on the rest) and "store" (the window shifted left, the new
-    input appended, into state_out) run per (lane, row)."""
+    input appended, into state_out) run per (lane, row); norm: blocks "sumsq" (per lane and head) and "normed"
+    (the gated, normalised input) come before it."""
     B = cfg.batch
     N, K = cfg.model.projections[proj]
+    if norm:
+        return _gemv_norm(cfg, N, K)
     if not conv:
 
         @T.prim_func(s_tir=True)
@@ -89,6 +104,43 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False):
                     )
 
     return gemv_conv
+
+
+def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
+    B, Dv = cfg.batch, cfg.model.head_v_dim
+    if K % Dv:
+        raise ValueError(f"{K} inputs are not whole heads of {Dv}")
+    H = K // Dv
+
+    @T.prim_func(s_tir=True)
+    def gemv_norm(
+        w: T.Buffer((N, K), "float32"),
+        x: T.Buffer((B, K), "float32"),
+        z: T.Buffer((B, K), "float32"),
+        norm_weight: T.Buffer((Dv,), "float32"),
+        y: T.Buffer((B, N), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
+        sumsq = T.sblock_alloc_buffer((B, H), "float32")
+        normed = T.sblock_alloc_buffer((B, K), "float32")
+        for b, h, d in T.grid(B, H, Dv):
+            with T.sblock("sumsq"):
+                vb, vh, vd = T.axis.remap("SSR", [b, h, d])
+                with T.init():
+                    sumsq[vb, vh] = T.float32(0)
+                sumsq[vb, vh] = sumsq[vb, vh] + x[vb, vh * Dv + vd] * x[vb, vh * Dv + vd]
+        for b, k in T.grid(B, K):
+            with T.sblock("normed"):
+                vb, vk = T.axis.remap("SS", [b, k])
+                normed[vb, vk] = gated_norm(x[vb, vk], sumsq[vb, vk // Dv], norm_weight[vk % Dv], z[vb, vk], Dv)
+        for b, n, k in T.grid(B, N, K):
+            with T.sblock("gemv"):
+                vb, vn, vk = T.axis.remap("SSR", [b, n, k])
+                with T.init():
+                    y[vb, vn] = T.float32(0)
+                y[vb, vn] = y[vb, vn] + normed[vb, vk] * w[vn, vk]
+
+    return gemv_norm
 
 
 def _window_dot(x, state, weight, slot, c, taps: int):

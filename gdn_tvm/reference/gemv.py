@@ -3,6 +3,7 @@
 import numpy as np
 
 from gdn_tvm.reference.causal_conv1d_silu import causal_conv1d_silu
+from gdn_tvm.reference.gated_rmsnorm import gated_rmsnorm
 
 
 def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
@@ -21,3 +22,11 @@ def gemv_conv(
     c = conv_weight.shape[0]
     y[:, c:] = proj[:, c:]
     causal_conv1d_silu(proj[:, :c], conv_weight, state, slots, y[:, :c])
+
+
+def gemv_norm(w: np.ndarray, x: np.ndarray, z: np.ndarray, norm_weight: np.ndarray, y: np.ndarray) -> None:
+    """w: [N, K]; x, z: [B, K] (K = Hv*Dv); norm_weight: [Dv] -> y[:] = gated_rmsnorm(x, z, norm_weight) @ w.T."""
+    heads = (x.shape[0], -1, norm_weight.shape[0])
+    normed = np.empty(x.shape).reshape(heads)
+    gated_rmsnorm(x.reshape(heads), z.reshape(heads), norm_weight, normed)
+    y[...] = normed.reshape(x.shape) @ w.T

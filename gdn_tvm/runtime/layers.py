@@ -9,8 +9,9 @@ runs, so the same plan (or a CUDA graph captured from it) serves every position.
 At B = 1 a mixer's input projections are one GEMV over their stacked weights (`config.STACKED`), each consumer
 reading its part of the one output row through a `row_view`: one launch where there were four (GDN) or three
 (attention). From two lanes on a part is no longer contiguous across lanes, and each projection keeps its GEMV.
-The GDN layer's conv1d + SiLU is the epilogue of the GEMV producing its qkv rows (`gemv_<proj>_conv`), and its
-L2 norm, gates and recurrence are one kernel (`delta_rule_fused`).
+The GDN layer's conv1d + SiLU is the epilogue of the GEMV producing its qkv rows (`gemv_<proj>_conv`), its
+L2 norm, gates and recurrence are one kernel (`delta_rule_fused`), and its gated RMSNorm is the prologue of
+out_proj (`gemv_out_proj_norm`): 3 launches at B = 1.
 """
 
 from __future__ import annotations
@@ -131,8 +132,8 @@ class _Layer:
 
 
 class GDNLayer(_Layer):
-    """projections (conv1d+SiLU as the qkv rows' epilogue) -> (L2 norms, gates, delta rule: one kernel) -> gated
-    RMSNorm -> out_proj."""
+    """projections (conv1d+SiLU as the qkv rows' epilogue) -> (L2 norms, gates, delta rule: one kernel) ->
+    out_proj (gated RMSNorm as its prologue)."""
 
     kind = "gdn"
     stacked = "in_proj"
@@ -146,16 +147,17 @@ class GDNLayer(_Layer):
         conv = {"conv_weight": w["conv1d"], "state": self.conv_state, "slots": io.slots}
         qkv, z, b, a = self._project(
             ("in_proj_qkv", (B, m.conv_dim)),
-            ("in_proj_z", (B, hv, dv)),
+            ("in_proj_z", (B, hv * dv)),
             ("in_proj_b", (B, hv)),
             ("in_proj_a", (B, hv)),
             **conv,
         )
-        o, y = self._act(B, hv, dv), self._act(B, hv, dv)
+        o = self._act(B, hv, dv)
         fused = {"a": a, "b": b, "A": w["A"], "dt_bias": w["dt_bias"]}
         self._launch("delta_rule_fused", qkv=qkv, **fused, state=self.rec_state, slots=io.slots, o=o)
-        self._launch("gated_rmsnorm", o=o, z=z, w=w["norm"], y=y)
-        self._launch("gemv_out_proj", w=w["out_proj"], x=_view(y, B, hv * dv), y=self.out)
+        self._launch(
+            "gemv_out_proj_norm", w=w["out_proj"], x=_view(o, B, hv * dv), z=z, norm_weight=w["norm"], y=self.out
+        )
 
 
 class AttentionLayer(_Layer):
@@ -205,7 +207,7 @@ def kernel_names(cfg: DecodeConfig, kinds: tuple[str, ...] = ("gdn", "attention"
     names = []
     if "gdn" in kinds:
         names += _input_gemvs(cfg, "in_proj", conv=True)
-        names += ["delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
+        names += ["delta_rule_fused", "gemv_out_proj_norm"]
     if "attention" in kinds:
         names += _input_gemvs(cfg, "qkv_proj")
         names += ["split_interleaved", "per_head_rmsnorm", "partial_neox_rope_indirect", "kv_row_scatter_indirect"]
