@@ -1,12 +1,15 @@
 """decode_attention schedules.
 
 CUDA, split and unsplit (one CTA per lane, kv head and split; unsplit loops over the chunks in one CTA per lane
-and kv head): `warps` warps x 32 lanes. Scores: one warp per position (`positions` consecutive positions per warp
-step), each lane loads `D / (32*vector)` vector-wide pieces of the K row once for the G query heads of its kv head,
-in-thread dot products then a warp-shuffle reduction, into shared memory. Max and sum over the chunk: all threads,
-cross-thread reductions. Values: the same row-per-warp layout over V, per-warp partial sums in registers (rfactor),
-summed across warps through shared memory. Reduce: one CTA per (lane, head, chunk of D) (the definition's
-`reduce_layout`), split groups on threadIdx.y, float4s of the chunk on threadIdx.x.
+and kv head): `warps` warps as threadIdx.y = `warps * 32 / lanes` rows of threadIdx.x = `lanes` threads (a warp
+holds `32 / lanes` rows; `lanes` 32, or 8 for split). Scores: one row per position (`positions` consecutive
+positions per warp step, `positions * lanes / 32` per row), each thread loads `D / (lanes*vector)` vector-wide
+pieces of the K row once for the G query heads of its kv head, in-thread dot products then a shuffle reduction
+over the row's lanes (log2(lanes) levels: at 8 lanes, each shuffle serves the 4 positions of a warp), into shared
+memory. Max and sum over the chunk: all threads, cross-thread reductions. Values: `D / (lanes*vector)` rows per V
+row, per-row-group partial sums in registers (rfactor), summed across the groups through shared memory (the thread
+of linear index `i` owns the same elements at either `lanes`). Reduce: one CTA per (lane, head, chunk of D) (the
+definition's `reduce_layout`), split groups on threadIdx.y, float4s of the chunk on threadIdx.x.
 """
 
 from __future__ import annotations
@@ -19,32 +22,33 @@ from gdn_tvm.config import DecodeConfig
 
 from .common import SMS
 
-LANES = 32
+WARP = 32
 SHARED_BYTES = 48 * 1024
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8)}
+KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8), "lanes": (8, 32)}
 
 
-def _lanes(sch: s_tir.Schedule, loop, vector: int):
-    """A loop over D -> (threadIdx.x, serial, vector): lane `x` owns elements `(i*32 + x)*vector + v`."""
-    lo, tx, v = sch.split(loop, factors=[None, LANES, vector])
+def _lanes(sch: s_tir.Schedule, loop, lanes: int, vector: int):
+    """A loop over D -> (threadIdx.x, serial, vector): lane `x` owns elements `(i*lanes + x)*vector + v` (the `lanes`
+    threads of a row load `lanes*vector` contiguous elements at each `i`)."""
+    lo, tx, v = sch.split(loop, factors=[None, lanes, vector])
     sch.reorder(tx, lo, v)
     sch.bind(tx, "threadIdx.x")
     return lo, v
 
 
-def _all_threads(sch: s_tir.Schedule, loop, warps: int) -> None:
+def _all_threads(sch: s_tir.Schedule, loop, rows: int, lanes: int) -> None:
     """A loop over positions -> (threadIdx.y, threadIdx.x, serial): a reduction over every thread of the CTA."""
-    lo, ty, tx = sch.split(loop, factors=[None, warps, LANES])
+    lo, ty, tx = sch.split(loop, factors=[None, rows, lanes])
     sch.reorder(ty, tx, lo)
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
 
 
-def _spread(sch: s_tir.Schedule, loop, warps: int, vector: int) -> None:
+def _spread(sch: s_tir.Schedule, loop, rows: int, lanes: int, vector: int) -> None:
     """An element-wise loop -> (serial, threadIdx.y, threadIdx.x, vector)."""
-    _, ty, tx, v = sch.split(loop, factors=[None, warps, LANES, vector])
+    _, ty, tx, v = sch.split(loop, factors=[None, rows, lanes, vector])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(v)
@@ -63,55 +67,59 @@ def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int
         return 2
     m = cfg.model
     group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
-    halves = d // (LANES * vector)
+    halves = d // (WARP * vector)
     extra = 2 * d if stage == "unsplit" else 0
     w = 8
     while w > halves and (
         4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024
-        or (stage == "unsplit" and group * d % (w * LANES * vector))
+        or (stage == "unsplit" and group * d % (w * WARP * vector))
     ):
         w //= 2
     return w
 
 
-def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: int, vector: int):
-    """The chunk blocks of split and unsplit; returns the cross-warp sum block of acc_out."""
+def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: int, lanes: int, vector: int):
+    """The chunk blocks of split and unsplit on `warps * 32 / lanes` rows of `lanes` threads; returns the cross-group
+    sum block of acc_out."""
+    rows = warps * WARP // lanes
     b_score = sch.get_sblock("score")
     g, t, d = sch.get_loops(b_score)[-3:]
     sch.reorder(t, g)
     k_row = sch.cache_read(b_score, "k_cache", "local")
     q_smem = sch.cache_read(b_score, "q", "shared")
-    to, ty, p = sch.split(t, factors=[None, warps, positions])
+    per_row = positions * lanes // WARP
+    to, ty, p = sch.split(t, factors=[None, rows, per_row])
     sch.reorder(ty, to, g, p)  # every row is used by the first head: the loads of all rows issue together
     sch.compute_at(k_row, to)
     sch.bind(ty, "threadIdx.y")
     sch.unroll(p)
     sch.unroll(g)
     for loop in (sch.get_loops(b_score)[-1], sch.get_loops(k_row)[-1]):
-        lo, v = _lanes(sch, loop, vector)
+        lo, v = _lanes(sch, loop, lanes, vector)
         sch.unroll(lo)
         sch.unroll(v)
-    sch.unroll(sch.get_loops(k_row)[-4])
+    if per_row > 1:  # one position a row leaves no loop over them
+        sch.unroll(sch.get_loops(k_row)[-4])
     sch.vectorize(sch.get_loops(k_row)[-1])
-    _spread(sch, sch.fuse(*sch.get_loops(q_smem)[-2:]), warps, vector)
+    _spread(sch, sch.fuse(*sch.get_loops(q_smem)[-2:]), rows, lanes, vector)
     sch.set_scope(b_score, 0, "shared")
 
     b_max = sch.get_sblock("chunk_max")
-    _all_threads(sch, sch.get_loops(b_max)[-1], warps)
+    _all_threads(sch, sch.get_loops(b_max)[-1], rows, lanes)
     sch.set_scope(b_max, 0, "shared")
     b_m = sch.get_sblock("max_out")
-    sch.bind(sch.split(sch.get_loops(b_m)[-1], factors=[None, LANES])[1], "threadIdx.x")
+    sch.bind(sch.split(sch.get_loops(b_m)[-1], factors=[None, lanes])[1], "threadIdx.x")
     sch.compute_inline(sch.get_sblock("prob"))
     b_sum = sch.get_sblock("sum_out")
-    _all_threads(sch, sch.get_loops(b_sum)[-1], warps)
+    _all_threads(sch, sch.get_loops(b_sum)[-1], rows, lanes)
 
     b_acc = sch.get_sblock("acc_out")
     g, d, t = sch.get_loops(b_acc)[-3:]
-    halves = cfg.model.head_dim // (LANES * vector)  # warps per V row
-    to, pg, p = sch.split(t, factors=[None, warps // halves, positions])
+    halves = cfg.model.head_dim // (lanes * vector)  # rows per V row
+    to, pg, p = sch.split(t, factors=[None, rows // halves, positions])
     rf = sch.rfactor(pg, 0)
     g, d, to, pg, p = sch.get_loops(rf)[-5:]
-    dh, tx, v = sch.split(d, factors=[halves, LANES, vector])
+    dh, tx, v = sch.split(d, factors=[halves, lanes, vector])
     sch.reorder(pg, dh, tx, to, g, p, v)
     sch.bind(sch.fuse(pg, dh), "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
@@ -128,7 +136,7 @@ def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: i
     sch.decompose_reduction(rf, to)
 
     g, d, w = sch.get_loops(b_acc)[-3:]
-    _, ty, tx, v = sch.split(sch.fuse(g, d), factors=[None, warps, LANES, vector])
+    _, ty, tx, v = sch.split(sch.fuse(g, d), factors=[None, rows, lanes, vector])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.unroll(v)
@@ -142,24 +150,40 @@ def cuda(
     indirect: bool,
     warps: int | None = None,
     positions: int | None = None,
+    lanes: int = WARP,
     vector: int = 4,
     reduce_unroll: int = 8,
 ) -> None:
     """warps: warps per CTA (default: `_warps`); positions: positions per warp step (default 8 unsplit, the
-    knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); vector: elements per
-    load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce stage."""
+    knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
+    reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3
+    shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
+    instead of 2); vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of
+    the reduce stage, which takes only vector and reduce_unroll."""
     if stage == "reduce":
         _cuda_reduce(sch, vector, reduce_unroll)
         return
     warps = _warps(cfg, stage, warps, vector)
     positions = positions or (8 if stage == "unsplit" else 4)
+    _check_lanes(cfg, stage, positions, lanes, vector)
     outer = sch.get_sblock(stage)
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
     sch.bind(bx, "blockIdx.x")
     sch.annotate(bx, "pragma_unroll_explicit", 0)  # unrolled loops hold allreduces: leave unrolling to nvcc
-    b_acc = _cuda_chunk(sch, cfg, warps, positions, vector)
+    b_acc = _cuda_chunk(sch, cfg, warps, positions, lanes, vector)
     if stage == "unsplit":
         _cuda_merge(sch, b_acc, warps, vector)
+
+
+def _check_lanes(cfg: DecodeConfig, stage: str, positions: int, lanes: int, vector: int) -> None:
+    """`lanes` 32, or 8 for split; a whole number of positions per row and of rows per V row."""
+    if lanes not in (8, WARP) or (lanes != WARP and stage != "split"):
+        raise ValueError(f"decode_attention {stage}: lanes={lanes}, must be 32 (or 8 for split)")
+    if positions * lanes % WARP or cfg.model.head_dim % (lanes * vector):
+        raise ValueError(
+            f"decode_attention lanes={lanes}: positions={positions} must be a multiple of {WARP // lanes} and "
+            f"lanes*vector={lanes * vector} must divide D={cfg.model.head_dim}"
+        )
 
 
 def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
@@ -172,10 +196,10 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
     sch.set_scope(sch.get_sblock("init_stats"), 0, "shared")
     sch.set_scope(sch.get_sblock("init_stats"), 1, "shared")
     for name in ("init_acc", "merge_acc", "store_acc", "normalize"):
-        _spread(sch, sch.fuse(*sch.get_loops(sch.get_sblock(name))[-2:]), warps, vector)
+        _spread(sch, sch.fuse(*sch.get_loops(sch.get_sblock(name))[-2:]), warps, WARP, vector)
     for name in ("init_stats", "merge_stats", "store_stats"):
         loop = sch.get_loops(sch.get_sblock(name))[-1]
-        sch.bind(sch.split(loop, factors=[None, LANES])[1], "threadIdx.x")
+        sch.bind(sch.split(loop, factors=[None, WARP])[1], "threadIdx.x")
 
 
 def _unroll(sch: s_tir.Schedule, loop, unroll: int) -> int:

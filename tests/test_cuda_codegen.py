@@ -3,11 +3,12 @@ dlight baseline builds device code or is refused."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
 import tvm
-from conftest import cuda_source
+from conftest import CASES, cuda_source
 from tvm.support import nvcc
 
 from gdn_tvm.build.compile import compile_dlight, dlight_schedule, host_loops
@@ -46,6 +47,36 @@ def test_split_kv_lowers_with_sixteen_warps(positions):
     if shutil.which("nvcc"):
         with cuda():
             nvcc.compile_cuda(src, target_format="cubin", compiler="nvcc")
+
+
+# The score allreduce is the kernel's first: its tree of `__shfl_down_sync` offsets (width 32 as TVM emits it).
+SCORE_SHUFFLES = re.compile(r"__shfl_down_sync\(mask_ptr\[0\], red_buf0_ptr\[0\], (\d+), 32\)")
+# A float4 of K at element `i*32 + 4*threadIdx.x` of the row: the 8 lanes of a row read 128 contiguous bytes.
+K_ROW_LOAD = re.compile(
+    re.escape("*(float4*)(k_cache_ptr + ")
+    + r".*"
+    + re.escape(" * (int64_t)32)) + (((int64_t)((int)threadIdx.x)) * (int64_t)4)));")
+)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [CASES["4b-B3"], DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096)],
+    ids=["4b-B3", "4b-B1-4096"],
+)
+def test_split_kv_scores_on_eight_lanes(cfg):
+    """lanes=8: a row of 8 lanes scores a position over D (8 float4 a lane, 128 contiguous bytes a load), its sum a
+    3-level shuffle tree among those lanes, read back from the row's first lane; it compiles with nvcc. The unsplit
+    stage rejects the knob."""
+    src = cuda_source("decode_attention_split", cfg, lanes=8)
+    assert SCORE_SHUFFLES.findall(src) == ["4", "2", "1"]
+    assert "__shfl_sync(mask_ptr[0], red_buf0_ptr[0], (((int)threadIdx.y) * 8), 32)" in src
+    assert K_ROW_LOAD.search(src)
+    if shutil.which("nvcc"):
+        with cuda():
+            nvcc.compile_cuda(src, target_format="cubin", compiler="nvcc")
+    with pytest.raises(ValueError, match="unsplit: lanes=8"):
+        OPS["decode_attention_indirect"].schedule(cfg, "cuda", lanes=8)
 
 
 @pytest.mark.parametrize("heads_per_block", [0, 4])
