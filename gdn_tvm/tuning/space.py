@@ -85,9 +85,10 @@ def design_space(w: Workload, target: Target) -> Space:
     - the evolutionary search seeds its population from the best records, the measured hand designs among them,
       and runs the postprocessors on them: one that raises on a hand design (RewriteUnboundBlock on a block bound
       to blockIdx alone, as in the recurrent update) would abort the whole search, so it is dropped;
-    - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update), or make a trace that
-      does not print (on the split-KV reduce, `SamplePerfectTile` yields one integer object twice and the
-      printer rejects it as a variable produced twice), there is no search.
+    - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update, or an index out of
+      bounds inside the generator on the out_proj GEMV with its norm prologue), or make a trace that does not
+      print (on the split-KV reduce, `SamplePerfectTile` yields one integer object twice and the printer rejects
+      it as a variable produced twice), there is no search.
     """
     ctx = ms.TuneContext(w.mod, target=target, space_generator="post-order-apply", task_name=w.op.name)
     postprocs, raising = [], []
@@ -102,7 +103,7 @@ def design_space(w: Workload, target: Target) -> Space:
     try:
         for sch in ctx.generate_design_space():
             sch.trace.as_python()  # the search prints every trace it measures
-    except (RuntimeError, ValueError) as err:  # ScheduleError and TVM check failures
+    except (RuntimeError, ValueError, IndexError) as err:  # ScheduleError, TVM check failures, generator crashes
         notes.append(f"default rules rejected ({first_line(err)})")
         return Space(None, "; ".join(notes))
     return Space(ms.space_generator.PostOrderApply(postprocs=postprocs), "; ".join(notes))
