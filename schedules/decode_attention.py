@@ -14,6 +14,8 @@ definition's `reduce_layout`), split groups on threadIdx.y, float4s of the chunk
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
@@ -25,6 +27,7 @@ SHARED_BYTES = 48 * 1024
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8), "lanes": (8, 32)}
+SPLIT_LANES = 8  # the split stage's default `lanes`
 
 
 def _lanes(sch: s_tir.Schedule, loop, lanes: int, vector: int):
@@ -148,19 +151,23 @@ def cuda(
     indirect: bool,
     warps: int | None = None,
     positions: int | None = None,
-    lanes: int = WARP,
+    lanes: int | None = None,
     vector: int = 4,
+    reduce_unroll: int = 8,
 ) -> None:
     """warps: warps per CTA (default: `_warps`); positions: positions per warp step (default 8 unsplit, the
     knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
     reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3
     shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
-    instead of 2); vector: elements per load (4 = 16 bytes), the one knob the reduce stage takes."""
+    instead of 2; default 8 for split, the knob-grid winner of all 3 B=1 workloads on the H200, 1.23-1.50x over
+    32); vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce
+    stage, which takes only vector and reduce_unroll."""
     if stage == "reduce":
-        _cuda_reduce(sch, vector)
+        _cuda_reduce(sch, vector, reduce_unroll)
         return
     warps = _warps(cfg, stage, warps, vector)
     positions = positions or (8 if stage == "unsplit" else 4)
+    lanes = lanes or (SPLIT_LANES if stage == "split" else WARP)
     _check_lanes(cfg, stage, positions, lanes, vector)
     outer = sch.get_sblock(stage)
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
@@ -198,20 +205,27 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, WARP])[1], "threadIdx.x")
 
 
-def _cuda_reduce(sch: s_tir.Schedule, vector: int) -> None:
+def _unroll(sch: s_tir.Schedule, loop, unroll: int) -> int:
+    """The unroll factor of a reduce loop over a group's splits (a fixed extent): the largest divisor of it that
+    divides `unroll`, so no unrolled step needs a guard and its loads issue unconditionally."""
+    return math.gcd(unroll, int(sch.get(loop).extent))
+
+
+def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
     """One CTA per (lane, head, chunk of D): threadIdx.y is the split group, threadIdx.x owns a `vector`-wide
     piece of the chunk.
 
     Each thread computes its group's max and denominator itself (a few scalars; every thread of the group writes
     the same value to shared memory) and accumulates its pieces of the group's numerator in registers over the
-    group's splits, each step of the definition's splits unrolled, so groups x step loads are in flight per element.
-    After a barrier each thread merges the groups: max and denominator per thread, numerator and output on the
-    threads of group 0 (one vector each)."""
+    group's splits, `unroll` splits per unrolled step, so groups x unroll loads are in flight per element. After a
+    barrier each thread merges the groups: max and denominator per thread, numerator and output on the threads of
+    group 0 (one vector each)."""
     sch.bind(sch.fuse(*sch.get_loops(sch.get_sblock("reduce"))[:-1]), "blockIdx.x")
     for name in ("part_max", "part_den"):
         blk = sch.get_sblock(name)
-        g, io, ii = sch.get_loops(blk)[-3:]
+        g, i = sch.get_loops(blk)[-2:]
         sch.bind(g, "threadIdx.y")
+        io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
         sch.unroll(ii)
         write_back = sch.cache_write(blk, 0, "local")  # a register over the loop, then one shared store
         sch.set_scope(write_back, 0, "shared")
@@ -219,11 +233,12 @@ def _cuda_reduce(sch: s_tir.Schedule, vector: int) -> None:
         sch.decompose_reduction(blk, io)
 
     blk = sch.get_sblock("part_num")
-    g, d, io, ii = sch.get_loops(blk)[-4:]
+    g, d, i = sch.get_loops(blk)[-3:]
     groups = int(sch.get(g).extent)
     sch.bind(g, "threadIdx.y")
     threads = int(sch.get(d).extent) // vector
     dl, tx, v = sch.split(d, factors=[None, threads, vector])
+    io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
     sch.reorder(tx, dl, io, ii, v)
     sch.bind(tx, "threadIdx.x")
     sch.unroll(ii)

@@ -18,6 +18,7 @@ MANY_LANES = 8  # from this many lanes on, each weight element feeds enough mult
 # winner of 6 of the 8 such B=32 workloads of qwen3.5-0.8b and -4b on the H200, 1.8-2.9x the former default of
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
+MAX_THREADS = 1024  # a CTA's limit: a larger knob combination does not launch (and writes nothing)
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
@@ -183,6 +184,8 @@ def cuda_layout(
         threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) * rows_per_thread // rows
         while threads_per_row > 32 and (n_cols // vector) % threads_per_row:
             threads_per_row //= 2
+    if rows // rows_per_thread * threads_per_row > MAX_THREADS:
+        raise ValueError(f"{proj}: {rows // rows_per_thread} x {threads_per_row} threads exceed a CTA's {MAX_THREADS}")
     k_steps = math.ceil(n_cols / (threads_per_row * vector))
     if rows == 1:  # x goes straight to registers: no smem chunk
         return rows, threads_per_row, _lane_tile(cfg.batch, batch_tile), k_steps, rows_per_thread

@@ -39,11 +39,11 @@ def test_every_preset_lowers_every_op(model):
         assert "__global__" in cuda_source(name, cfg), name
 
 
-@pytest.mark.parametrize("positions", [2, 4])
-def test_split_kv_lowers_with_sixteen_warps(positions):
+@pytest.mark.parametrize(("positions", "lanes"), [(2, 32), (4, 8)])
+def test_split_kv_lowers_with_sixteen_warps(positions, lanes):
     """The knob grid's largest CTA (512 threads, for B=1, where more warps in flight kept helping on the H200)
     lowers; with nvcc, it compiles and fits sm_90's 48 KiB of static shared memory."""
-    src = cuda_source("decode_attention_split", CUDA_CASES["4b-B1"], warps=16, positions=positions)
+    src = cuda_source("decode_attention_split", CUDA_CASES["4b-B1"], warps=16, positions=positions, lanes=lanes)
     assert "__launch_bounds__(512)" in src
     if shutil.which("nvcc"):
         with cuda():

@@ -35,7 +35,6 @@ STAGES = ("unsplit", "split", "reduce")
 TILE_MAX = 64
 REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block per (lane, head) fills the GPU
 RESIDENT_THREADS = 132 * 2048  # H200: threads resident at once; the wide reduce's blocks fit in one wave
-REDUCE_UNROLL = 8  # at most this many splits a reduce group combines per step, their loads in flight together
 
 
 def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
@@ -342,18 +341,14 @@ def _reduce(cfg: DecodeConfig):
     B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
     GS, DC = reduce_layout(cfg)
     NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group at most
-    U = math.gcd(REDUCE_UNROLL, GI)  # splits a group combines per step: a divisor of GI, so no step passes NS
-
-    def steps(n):
-        """Steps of U splits a group takes to cover the valid `n`: the one run-time trip count."""
-        return ((n + GS - 1) // GS + U - 1) // U
 
     def split(g, i, n):
-        """Split `g + GS*i` clamped to the last valid one (`n - 1`, always written, so finite): within a step every
-        load is unconditional and `valid` zeroes the splits past `n`, so nvcc issues a step's loads together, where
-        a load under a branch waited for the one before it (H200 tuner timings against the `if_then_else` form:
-        qwen3.5-4b at 32k 5.49 us against 15.13, B=32 8.17 against 10.81). Steps stop at the valid splits: visiting
-        all GI of them (one group a block at B=256, up to 31 past `n`) took 40.7 us there."""
+        """Split `g + GS*i` clamped to the last valid one (`n - 1`, always written, so finite): a group visits all GI
+        of its splits, every load unconditional, and `valid` zeroes the splits past `n`, so nvcc issues a group's
+        loads together, where a load under a branch waited for the one before it (H200 tuner timings against the
+        `if_then_else` form: qwen3.5-4b at 32k 5.49 us against 15.13, B=32 8.17 against 10.81). Stopping at the
+        valid splits instead (a run-time count of unrolled 8-split steps) measured slower: 7.87 us at 32k, 10.40 at
+        B=32, and 41.9 against 40.7 at B=256."""
         return T.min(g + i * GS, n - 1)
 
     def valid(g, i, n):
@@ -386,41 +381,44 @@ def _reduce(cfg: DecodeConfig):
                     mx = T.sblock_alloc_buffer((B, Hq, NC))
                     den = T.sblock_alloc_buffer((B, Hq, NC))
                     num = T.sblock_alloc_buffer((B, Hq, NC, DC))
-                    for g, io, ii in T.grid(GS, steps(n), U):
-                        with T.sblock("part_max"):
-                            vg = T.axis.spatial(GS, g)
-                            vi = T.axis.reduce(NS, io * U + ii)
-                            with T.init():
-                                pmx[vb, vh, vc, vg] = T.min_value("float32")
-                            pmx[vb, vh, vc, vg] = T.max(
-                                pmx[vb, vh, vc, vg],
-                                m[vb, vh, split(vg, vi, n)]
-                                + T.Select(vg + vi * GS < n, T.float32(0), T.min_value("float32")),
-                            )
-                    for g, io, ii in T.grid(GS, steps(n), U):
-                        with T.sblock("part_den"):
-                            vg = T.axis.spatial(GS, g)
-                            vi = T.axis.reduce(NS, io * U + ii)
-                            with T.init():
-                                pden[vb, vh, vc, vg] = T.float32(0)
-                            pden[vb, vh, vc, vg] = (
-                                pden[vb, vh, vc, vg]
-                                + valid(vg, vi, n)
-                                * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                * l[vb, vh, split(vg, vi, n)]
-                            )
-                    for g, d, io, ii in T.grid(GS, DC, steps(n), U):
-                        with T.sblock("part_num"):
-                            vg, vd = T.axis.remap("SS", [g, d])
-                            vi = T.axis.reduce(NS, io * U + ii)
-                            with T.init():
-                                pnum[vb, vh, vc, vg, vd] = T.float32(0)
-                            pnum[vb, vh, vc, vg, vd] = (
-                                pnum[vb, vh, vc, vg, vd]
-                                + valid(vg, vi, n)
-                                * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
-                            )
+                    for g in range(GS):
+                        for i in range(GI):
+                            with T.sblock("part_max"):
+                                vg = T.axis.spatial(GS, g)
+                                vi = T.axis.reduce(NS, i)
+                                with T.init():
+                                    pmx[vb, vh, vc, vg] = T.min_value("float32")
+                                pmx[vb, vh, vc, vg] = T.max(
+                                    pmx[vb, vh, vc, vg],
+                                    m[vb, vh, split(vg, vi, n)]
+                                    + T.Select(vg + vi * GS < n, T.float32(0), T.min_value("float32")),
+                                )
+                    for g in range(GS):
+                        for i in range(GI):
+                            with T.sblock("part_den"):
+                                vg = T.axis.spatial(GS, g)
+                                vi = T.axis.reduce(NS, i)
+                                with T.init():
+                                    pden[vb, vh, vc, vg] = T.float32(0)
+                                pden[vb, vh, vc, vg] = (
+                                    pden[vb, vh, vc, vg]
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    * l[vb, vh, split(vg, vi, n)]
+                                )
+                    for g, d in T.grid(GS, DC):
+                        for i in range(GI):
+                            with T.sblock("part_num"):
+                                vg, vd = T.axis.remap("SS", [g, d])
+                                vi = T.axis.reduce(NS, i)
+                                with T.init():
+                                    pnum[vb, vh, vc, vg, vd] = T.float32(0)
+                                pnum[vb, vh, vc, vg, vd] = (
+                                    pnum[vb, vh, vc, vg, vd]
+                                    + valid(vg, vi, n)
+                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
+                                    * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
+                                )
                     for g in range(T.min(GS, n)):  # the groups holding a split (g < n)
                         with T.sblock("max"):
                             vg = T.axis.reduce(GS, g)
