@@ -49,4 +49,6 @@ def test_every_preset_stacks_its_projections_at_b1_only():
     for name in ("qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3-next-80b-a3b"):
         one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
         assert all(stacks_projections(one, s) and not stacks_projections(two, s) for s in STACKED)
-        assert "gemv_in_proj_conv" in kernel_names(one) and "gemv_in_proj_qkv_conv" in kernel_names(two)
+        assert "gemv_in_proj_conv" in kernel_names(one) and "gemv_in_proj_qkv" in kernel_names(two)
+        assert kernel_names(one, ("gdn",)) == ["gemv_in_proj_conv", "delta_rule_fused", "gemv_out_proj_norm"]
+        assert len(kernel_names(two, ("gdn",))) == 8
