@@ -28,6 +28,7 @@ SHARED_BYTES = 48 * 1024
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8), "lanes": (8, 32)}
 SPLIT_LANES = 8  # the split stage's default `lanes`
+SPLIT_WARPS_PER_SM = 16  # the split stage's default warps a CTA stop halving at this many warps an SM
 
 
 def _lanes(sch: s_tir.Schedule, loop, lanes: int, vector: int):
@@ -55,22 +56,25 @@ def _spread(sch: s_tir.Schedule, loop, rows: int, lanes: int, vector: int) -> No
     sch.vectorize(v)
 
 
-def _warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
-    """`warps`, or the most (8, 4 or 2) whose shared memory fits: the chunk's scores [G, split_len], q [G, D],
-    the per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). For unsplit,
+def cuda_warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
+    """`warps`, or the most whose shared memory fits: the chunk's scores [G, split_len], q [G, D], the
+    per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). For unsplit (from 8),
     the CTA's float4s must also tile the G x D running state evenly: its merge, predicated, would hold barriers
-    inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). A split stage of 8 CTAs an SM or
-    more takes 2: small CTAs, more of them resident (the knob-grid winner at B=32 on the H200, 1.12-1.20x the
-    8-warp default; at B=1 over 32k rows, 1024 CTAs, 8 warps stayed best)."""
+    inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). The split stage starts from 16 warps
+    and halves them (down to 2) until its CTAs hold at most `SPLIT_WARPS_PER_SM` warps an SM: the knob-grid
+    winners of all 5 split workloads on the H200 with 8 lanes a position (B=1 at 4096 rows, 64 and 128 CTAs: 16
+    warps; B=1 at 32k rows, 1024 CTAs, and B=32: 2)."""
     if warps is not None:
         return warps
-    if stage == "split" and cfg.batch * cfg.model.n_kv_heads * cfg.n_splits >= 8 * SMS:
-        return 2
     m = cfg.model
     group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
     halves = d // (WARP * vector)
     extra = 2 * d if stage == "unsplit" else 0
     w = 8
+    if stage == "split":
+        ctas, w = cfg.batch * m.n_kv_heads * cfg.n_splits, 16
+        while w > 2 and ctas * w > SPLIT_WARPS_PER_SM * SMS:
+            w //= 2
     while w > halves and (
         4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024
         or (stage == "unsplit" and group * d % (w * WARP * vector))
@@ -155,7 +159,7 @@ def cuda(
     vector: int = 4,
     reduce_unroll: int = 8,
 ) -> None:
-    """warps: warps per CTA (default: `_warps`); positions: positions per warp step (default 8 unsplit, the
+    """warps: warps per CTA (default: `cuda_warps`); positions: positions per warp step (default 8 unsplit, the
     knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
     reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3
     shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
@@ -165,7 +169,7 @@ def cuda(
     if stage == "reduce":
         _cuda_reduce(sch, vector, reduce_unroll)
         return
-    warps = _warps(cfg, stage, warps, vector)
+    warps = cuda_warps(cfg, stage, warps, vector)
     positions = positions or (8 if stage == "unsplit" else 4)
     lanes = lanes or (SPLIT_LANES if stage == "split" else WARP)
     _check_lanes(cfg, stage, positions, lanes, vector)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_close
+from gdn_tvm.schedules.decode_attention import cuda_warps
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
@@ -129,3 +130,14 @@ def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
     ref = np.full(out.shape, np.nan)
     decode_attention_reduce(**parts, slots=slots, positions=positions, out=ref, split_len=cfg.split_len)
     assert_close(out, ref, TOL_OP, f"reduce.out ({layout})")
+
+
+def test_split_warps_follow_the_count_of_ctas():
+    """16 warps a CTA while few CTAs (B=1 at 4096 rows: 64 and 128), 2 from 1024 on (B=1 at 32k, B=32); the
+    shared-memory limit caps qwen3.5-27b (6 query heads a kv head) at 8."""
+    warps = {
+        (name, batch, rows): cuda_warps(DecodeConfig(preset(name), batch=batch, max_len=rows), "split", None, 4)
+        for name, batch, rows in [("qwen3.5-0.8b", 1, 4096), ("qwen3.5-4b", 1, 4096), ("qwen3.5-4b", 1, 32768),
+                                  ("qwen3.5-4b", 32, 4096), ("qwen3.5-27b", 1, 4096)]
+    }  # fmt: skip
+    assert list(warps.values()) == [16, 16, 2, 2, 8]
