@@ -89,7 +89,9 @@ def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = F
     sizes: dict[str, object] = {"B": cfg.batch, "N": rows, "K": cols}
     if conv:
         sizes |= _dims("slots", "conv_dim", "conv_kernel")(cfg)
-    return sizes | _dims("head_v_dim")(cfg) if norm else sizes
+    if norm:
+        sizes |= _dims("head_v_dim")(cfg)
+    return sizes
 
 
 def _entry(

@@ -70,11 +70,9 @@ def cuda_warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) ->
     group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
     halves = d // (WARP * vector)
     extra = 2 * d if stage == "unsplit" else 0
-    w = 8
-    if stage == "split":
-        ctas, w = cfg.batch * m.n_kv_heads * cfg.n_splits, 16
-        while w > 2 and ctas * w > SPLIT_WARPS_PER_SM * SMS:
-            w //= 2
+    w = 16 if stage == "split" else 8
+    while stage == "split" and w > 2 and cfg.batch * m.n_kv_heads * cfg.n_splits * w > SPLIT_WARPS_PER_SM * SMS:
+        w //= 2
     while w > halves and (
         4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024
         or (stage == "unsplit" and group * d % (w * WARP * vector))

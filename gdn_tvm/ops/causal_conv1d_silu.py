@@ -52,7 +52,7 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
             with T.sblock("conv"):
                 vb, vc = T.axis.remap("SS", [b, c])
                 if slots[vb] >= 0:
-                    y[vb, vc] = acc[vb, vc] / (T.float32(1) + T.exp(-acc[vb, vc]))
+                    y[vb, vc] = silu(acc[vb, vc])
         for b, c, j in T.grid(B, C, K - 1):
             with T.sblock("shift"):
                 vb, vc, vj = T.axis.remap("SSS", [b, c, j])
@@ -66,3 +66,8 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
                     state_out[slots[vb], vc, vj] = shifted[vb, vc, vj]
 
     return causal_conv1d_silu
+
+
+def silu(v):
+    """`v * sigmoid(v)`, as `v / (1 + exp(-v))`: a TIR expression."""
+    return v / (T.float32(1) + T.exp(-v))

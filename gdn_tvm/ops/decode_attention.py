@@ -316,8 +316,8 @@ def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
     """(split groups, elements of D per block) of the reduce, by its count of (lane, head) rows.
 
     Few rows (B=1): 32 groups x 64-wide chunks, so a head spreads over D / 64 blocks of 32 groups x 16 float4
-    threads (qwen3.5-4b at 32k on the H200: 15.1 us; one block of 8 groups a head took 23.5 us). Many rows
-    (B=32): one block per (lane, head) of up to 8 groups x all of D (10.8 us at qwen3.5-4b B=32, 4096 positions; the
+    threads (qwen3.5-4b at 32k on the H200: 6.1 us; one block of 8 groups a head took 23.5 us). Many rows
+    (B=32): one block per (lane, head) of up to 8 groups x all of D (8.8 us at qwen3.5-4b B=32, 4096 positions; the
     chunked layout took 30.0 us there, its blocks too small), halving the groups until every block is resident at
     once (`RESIDENT_THREADS`, D/4 threads a group): at B=256, 8 groups made 7.8 waves of 512-thread blocks, each a
     chain of dependent loads (35.9 us for 38 MB); one group a block, its splits in flight together, is one wave."""
@@ -332,7 +332,7 @@ def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
 
 def _reduce(cfg: DecodeConfig):
     """Per (lane, head, `DC`-wide chunk of D) one block: the splits fall into `GS` groups (`j = g + GS*i`),
-    those past the valid `j < n` masked (they hold stale values or lie past the buffer: `term`); per group a
+    those past the valid `j < n` masked (they hold stale values or lie past the buffer: `split`, `valid`); per group a
     partial max, denominator and numerator (`part_max`, `part_den`, `part_num`), then the groups holding a split
     (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its head's maxima and
     denominators (a few scalars a split). The groups are independent chains of loads (one chain over 256 splits

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.causal_conv1d_silu import silu
 from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
@@ -94,7 +95,7 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
                 if vn >= C:
                     y[vb, vn] = proj[vb, vn]
                 elif slots[vb] >= 0:
-                    y[vb, vn] = _silu(_window_dot(proj[vb, vn], state, conv_weight, T.max(slots[vb], 0), vn, Kc))
+                    y[vb, vn] = silu(_window_dot(proj[vb, vn], state, conv_weight, T.max(slots[vb], 0), vn, Kc))
         for b, n, j in T.grid(B, N, Kc - 1):
             with T.sblock("store"):
                 vb, vn, vj = T.axis.remap("SSS", [b, n, j])
@@ -149,7 +150,3 @@ def _window_dot(x, state, weight, slot, c, taps: int):
     for j in range(taps - 1):
         acc = acc + state[slot, c, j] * weight[c, j]
     return acc
-
-
-def _silu(v):
-    return v / (T.float32(1) + T.exp(-v))

@@ -100,17 +100,17 @@ class _Layer:
         `STACKED` order: row views of one stacked GEMV's output at B = 1, else one GEMV into each. `conv` (the conv
         epilogue's conv_weight, state and slots): the GEMV producing the first output runs its `_conv` variant."""
         B = self.cfg.batch
+        ops = _input_gemvs(self.cfg, self.stacked, conv=bool(conv))
         if not self.stacks:
             acts = [self._act(*shape) for _, shape in outputs]
-            for i, ((name, _), y) in enumerate(zip(outputs, acts, strict=True)):
+            for i, (op, (name, _), y) in enumerate(zip(ops, outputs, acts, strict=True)):
                 epilogue = conv if i == 0 else {}
-                op = f"gemv_{name}_conv" if epilogue else f"gemv_{name}"
                 self._launch(op, w=self.weights[name], x=self.x, y=_view(y, B, y.numel() // B), **epilogue)
             return acts
         if tuple(name for name, _ in outputs) != STACKED[self.stacked]:
             raise ValueError(f"{self.stacked}: outputs {[n for n, _ in outputs]} are not {STACKED[self.stacked]}")
         self.projected = self._act(1, self.cfg.model.projections[self.stacked][0])  # owns the views' memory
-        op = f"gemv_{self.stacked}_conv" if conv else f"gemv_{self.stacked}"
+        (op,) = ops
         self._launch(op, w=self.weights[self.stacked], x=self.x, y=self.projected, **conv)
         views, start = [], 0
         for _, shape in outputs:
@@ -151,24 +151,24 @@ class GDNLayer(_Layer):
         hv, dv = m.n_v_heads, m.head_v_dim
         self.conv_state = self._state(cfg.slots, m.conv_dim, m.conv_kernel - 1)
         self.rec_state = self._state(cfg.slots, hv, dv, m.head_k_dim)
-        conv = {"conv_weight": w["conv1d"], "state": self.conv_state, "slots": io.slots}
+        conv_state = {"state": self.conv_state, "slots": io.slots}
         fuses = fuses_gdn_stages(cfg)
         projections = ("in_proj_qkv", (B, m.conv_dim)), ("in_proj_z", (B, hv * dv)), ("in_proj_b", (B, hv))
-        mixed, z, b, a = self._project(*projections, ("in_proj_a", (B, hv)), **(conv if fuses else {}))
-        qkv = mixed if fuses else self._act(B, m.conv_dim)
-        if not fuses:
-            self._launch(
-                "causal_conv1d_silu", x=mixed, weight=w["conv1d"], state=self.conv_state, slots=io.slots, y=qkv
-            )
-        o, y = self._act(B, hv * dv), self._act(B, hv * dv)
+        epilogue = {"conv_weight": w["conv1d"], **conv_state} if fuses else {}
+        qkv, z, b, a = self._project(*projections, ("in_proj_a", (B, hv)), **epilogue)
+        if not fuses:  # the projection's rows go through the conv kernel
+            mixed, qkv = qkv, self._act(B, m.conv_dim)
+            self._launch("causal_conv1d_silu", x=mixed, weight=w["conv1d"], **conv_state, y=qkv)
+        o = self._act(B, hv * dv)
         fused = {"a": a, "b": b, "A": w["A"], "dt_bias": w["dt_bias"]}
         self._launch("delta_rule_fused", qkv=qkv, **fused, state=self.rec_state, slots=io.slots, o=_view(o, B, hv, dv))
         if fuses:
             self._launch("gemv_out_proj_norm", w=w["out_proj"], x=o, z=z, norm_weight=w["norm"], y=self.out)
-            return
-        heads = {"o": _view(o, B, hv, dv), "z": _view(z, B, hv, dv), "w": w["norm"], "y": _view(y, B, hv, dv)}
-        self._launch("gated_rmsnorm", **heads)
-        self._launch("gemv_out_proj", w=w["out_proj"], x=y, y=self.out)
+        else:
+            y = self._act(B, hv * dv)
+            heads = {"o": _view(o, B, hv, dv), "z": _view(z, B, hv, dv), "w": w["norm"], "y": _view(y, B, hv, dv)}
+            self._launch("gated_rmsnorm", **heads)
+            self._launch("gemv_out_proj", w=w["out_proj"], x=y, y=self.out)
 
 
 class AttentionLayer(_Layer):
@@ -219,8 +219,10 @@ def kernel_names(cfg: DecodeConfig, kinds: tuple[str, ...] = ("gdn", "attention"
     if "gdn" in kinds:
         fuses = fuses_gdn_stages(cfg)
         names += _input_gemvs(cfg, "in_proj", conv=fuses)
-        names += ["delta_rule_fused", "gemv_out_proj_norm"] if fuses else ["causal_conv1d_silu", "delta_rule_fused"]
-        names += [] if fuses else ["gated_rmsnorm", "gemv_out_proj"]
+        if fuses:
+            names += ["delta_rule_fused", "gemv_out_proj_norm"]
+        else:
+            names += ["causal_conv1d_silu", "delta_rule_fused", "gated_rmsnorm", "gemv_out_proj"]
     if "attention" in kinds:
         names += _input_gemvs(cfg, "qkv_proj")
         names += ["split_interleaved", "per_head_rmsnorm", "partial_neox_rope_indirect", "kv_row_scatter_indirect"]
