@@ -28,7 +28,7 @@ SHARED_BYTES = 48 * 1024
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8), "lanes": (8, 32)}
 SPLIT_LANES = 8  # the split stage's default `lanes`
-SPLIT_WARPS_PER_SM = 16  # the split stage's default warps a CTA stop halving at this many warps an SM
+SPLIT_WARPS_PER_SM = 64  # the split stage's default warps a CTA stop halving at this many warps an SM (all CTAs)
 
 
 def _lanes(sch: s_tir.Schedule, loop, lanes: int, vector: int):
@@ -61,9 +61,10 @@ def cuda_warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) ->
     per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). For unsplit (from 8),
     the CTA's float4s must also tile the G x D running state evenly: its merge, predicated, would hold barriers
     inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). The split stage starts from 16 warps
-    and halves them (down to 2) until its CTAs hold at most `SPLIT_WARPS_PER_SM` warps an SM: the knob-grid
-    winners of all 5 split workloads on the H200 with 8 lanes a position (B=1 at 4096 rows, 64 and 128 CTAs: 16
-    warps; B=1 at 32k rows, 1024 CTAs, and B=32: 2)."""
+    and halves them (down to 2) until its CTAs hold at most `SPLIT_WARPS_PER_SM` warps an SM, of which about half
+    run (at the middle of the cache, where the tuner times it, half the splits exit at once): the knob-grid winners
+    of all 5 split workloads on the H200 with 8 lanes a position (B=1 at 4096 rows, 64 and 128 CTAs: 16 warps;
+    B=1 at 32k rows, 1024 CTAs: 8, 1.39x the 2 that won at the last row; B=32, 4096 CTAs: 2)."""
     if warps is not None:
         return warps
     m = cfg.model
