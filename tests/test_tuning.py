@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from conftest import check_kernel_against_reference
 from tvm.s_tir import meta_schedule as ms
 
@@ -80,6 +81,20 @@ def test_force_tunes_further_and_keeps_the_best(tuned_logs, tmp_path):
     assert (before.status, after.status) == ("cached", "tuned")
     assert after.best_us <= before.best_us
     assert not (root / after.key / records.SCRATCH).exists()
+
+
+def test_tuning_times_a_mid_cache_step_on_distinct_slots():
+    """Index buffers: positions at the middle of the cache (the mean step of a sequence that fills it), every lane
+    on its own slot; a direct variant's scalar `pos` is fixed at the last row."""
+    cfg = dataclasses.replace(CFG, batch=4, slots=8)
+    split = workload(OPS["decode_attention_split"], cfg, "llvm")
+    (positions,) = [v for v in split.index_values if v is not None and v.shape == (4,) and v.max() > 7]
+    (slots,) = [v for v in split.index_values if v is not None and v.shape == (4,) and v.max() <= 7]
+    assert positions.tolist() == [cfg.max_len // 2] * 4 and slots.tolist() == [0, 1, 2, 3]
+    direct = workload(OPS["decode_attention"], cfg, "llvm")
+    (pos,) = [p for p in direct.general.params if p.name == "pos"]
+    last = direct.general.specialize({pos: tvm.tirx.const(cfg.max_len - 1, "int32")})
+    assert tvm_ffi.structural_equal(direct.mod["main"].body, last.body)
 
 
 def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
