@@ -3,6 +3,9 @@ mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next t
 floor of all the bytes a step must move (weights, plus recurrent and conv states read and written and the KV rows
 read, per lane: what dominates from a few lanes on). Layer rows also time each launch of the plan alone.
 
+Each timed step is at the middle of the cache, after the steps before it were decoded (graph-replayed), so its
+KV rows and states hold what decoding wrote.
+
 python -m benchmarks.steps [--presets qwen3.5-0.8b qwen3.5-4b] [--batches 1 32] [--out FILE]
 Also checks that decoding does not allocate: device memory in use before and after 1000 graph-replayed steps.
 """
@@ -109,6 +112,8 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     stack.capture()
     x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
     slots = np.arange(cfg.batch, dtype=np.int32)
+    for t in range(STEP_MAX_LEN // 2):  # the timed step reads caches and states that decoding wrote, not zeros
+        stack.step_graph(x, np.full(cfg.batch, t, np.int32), slots)
     pos = np.full(cfg.batch, STEP_MAX_LEN // 2, np.int32)
     stack.write_inputs(x, pos, slots)
     weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
