@@ -7,8 +7,9 @@ decode step's typical values: every lane active on distinct slots, positions at 
 attention step's cost is affine in its position, so over a sequence that fills the cache the mean step is the
 middle one, and the design ranked first there is the fastest over the sequence. The ranks differ: qwen3.5-4b's
 32k split-KV at B=1 on the H200 takes 46.5 us with 8 warps a CTA at mid-cache against 64.4 with 2, while at the
-last row 2 warps win (77.4 against 84.3 us). A direct variant's scalar `pos` is still specialised to the last row: its value is
-part of the tuned function's structural hash, so moving it would void every committed record of those variants.
+last row 2 warps win (77.4 against 84.3 us). A direct variant's scalar `pos` is still specialised to the last
+row: its value is part of the tuned function's structural hash, so moving it would void every committed record of
+those variants.
 """
 
 from __future__ import annotations
