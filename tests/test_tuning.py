@@ -88,9 +88,9 @@ def test_tuning_times_a_mid_cache_step_on_distinct_slots():
     on its own slot; a direct variant's scalar `pos` is fixed at the last row."""
     cfg = dataclasses.replace(CFG, batch=4, slots=8)
     split = workload(OPS["decode_attention_split"], cfg, "llvm")
-    (positions,) = [v for v in split.index_values if v is not None and v.shape == (4,) and v.max() > 7]
-    (slots,) = [v for v in split.index_values if v is not None and v.shape == (4,) and v.max() <= 7]
-    assert positions.tolist() == [cfg.max_len // 2] * 4 and slots.tolist() == [0, 1, 2, 3]
+    tensors = [a.name for a in split.op.signature(cfg) if not a.is_scalar]
+    values = dict(zip(tensors, split.index_values, strict=True))
+    assert values["positions"].tolist() == [cfg.max_len // 2] * 4 and values["slots"].tolist() == [0, 1, 2, 3]
     direct = workload(OPS["decode_attention"], cfg, "llvm")
     (pos,) = [p for p in direct.general.params if p.name == "pos"]
     last = direct.general.specialize({pos: tvm.tirx.const(cfg.max_len - 1, "int32")})
