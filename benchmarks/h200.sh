@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs the H200, run there from the repo root after `source .device/prelude.sh`:
-#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps] [sweep:...] [ncu:...]
+#   benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps] [sweep:...] [swap:...] [ncu:...]
 # tests[:ARGS]: the gpu-marked pytest suite (or pytest ARGS instead of the tests folder, e.g. one file per GPU);
 # tune[:ARGS]: `make tune` on CUDA for a shape, stopped H200_SECONDS after the start if set (the logs come back as
 # a tarball, also after a stop; a later run resumes them); ops[:ARGS]: the op benchmark (ARGS: more of its
 # arguments, e.g. --batches 32 256) with dlight and tuned columns where prebuilt; steps: the step benchmark;
 # sweep:ARGS: a knob sweep (benchmarks/sweep.py ARGS) into OUT_DIR/sweeps.jsonl;
+# swap:ARGS: one launch of the step's plan on the step's buffers and with each swapped for the op benchmark's
+# (benchmarks/swap.py ARGS) into OUT_DIR/swap.jsonl;
 # ncu:OP BATCH [POSITION]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
 # Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
@@ -23,9 +25,11 @@ if [ -z "${H200_READY:-}" ]; then  # once per machine; parallel runs of this scr
     fi
     [ -f .device/bench.tar.xz ] && mkdir -p build && tar xJf .device/bench.tar.xz -C build
 fi
-library=() tuned=()  # prebuilt modules (`make bench-prebuild`): hand schedules, and tuned where logs exist
-[ -d build/bench/hand ] && library=(--library build/bench/hand)
-[ -d build/bench/tuned ] && tuned=(--tuned build/bench/tuned)
+# Prebuilt modules (`make bench-prebuild`) under $H200_BUILD/bench (default build/bench): hand, tuned where logs exist,
+bench=${H200_BUILD:-build}/bench  # dlight
+library=() tuned=()
+[ -d "$bench/hand" ] && library=(--library "$bench/hand")
+[ -d "$bench/tuned" ] && tuned=(--tuned "$bench/tuned")
 [ -d .device/extra ] && export PYTHONPATH="$PWD/.device/extra:$PYTHONPATH"
 deadline=${H200_SECONDS:-100000}  # tune parts stop (and resume next time) this many seconds after the start
 parts=("$@")
@@ -45,7 +49,7 @@ for part in "${parts[@]}"; do
     ops*)  # "ops" = every batch; "ops:ARGS" = more benchmarks.run arguments, e.g. "ops:--batches 32 256"
         args=${part#ops}
         dlight=(--dlight)
-        [ -d build/bench/dlight ] && dlight=(--dlight-library build/bench/dlight)
+        [ -d "$bench/dlight" ] && dlight=(--dlight-library "$bench/dlight")
         # shellcheck disable=SC2086
         python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} "${dlight[@]}" ${args#:} \
             --out "$out/h200_ops.json" 2>&1 | tee -a "$out/bench_ops.log" || status=1
@@ -61,6 +65,11 @@ for part in "${parts[@]}"; do
     sweep:*)  # "sweep:ARGS": benchmarks.sweep ARGS (--op OP --batches ... [--max-len --split-len --position])
         # shellcheck disable=SC2086
         python3 -m benchmarks.sweep ${part#sweep:} --out "$out/sweeps.jsonl" >>"$out/sweep.log" 2>&1 || status=1
+        ;;
+    swap:*)  # "swap:--op OP [--preset P --batch B]": the op timed on the step's buffers and on the benchmark's
+        # shellcheck disable=SC2086
+        python3 -m benchmarks.swap ${part#swap:} ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} \
+            --out "$out/swap.jsonl" >>"$out/swap.log" 2>&1 || status=1
         ;;
     ncu:*)  # "ncu:OP BATCH [POSITION]": Nsight Compute on OP's kernels at that batch (the op benchmark's shapes)
         read -r op batch position <<<"${part#ncu:}"
