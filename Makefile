@@ -34,7 +34,7 @@ bench: $(STAMP)  ## GPU benchmarks (ops, decode steps) -> benchmarks/results/*.j
 	$(PY) -m benchmarks.steps
 	$(PY) -m benchmarks.report
 
-bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules (hand; tuned where logs exist) here with nvcc into .device/bench.tar.xz
+bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules (hand; tuned where logs exist) here (pinned NVRTC) into .device/bench.tar.xz
 	$(PY) -m benchmarks.prebuild --out build/bench
 	mkdir -p .device && tar cJf .device/bench.tar.xz -C build bench
 

@@ -1,17 +1,17 @@
 """CUDA export on a machine without a GPU, with the device code compiled at build time.
 
 `libtvm_runtime_cuda.so` links `libcuda.so.1`; without a driver it fails to load (silently) and TVM keeps CUDA
-source only. A stub `libcuda.so.1` whose entry points all fail lets it load, so TVM's compile callback runs
-(nvcc or NVRTC for the target's arch) and the exported library embeds the fatbin/cubin. The stub cannot run
-anything: it is only put on `LD_LIBRARY_PATH` of a subprocess (`python -m gdn_tvm.build.cuda_stub`) that
-compiles and exports a saved IRModule. On a GPU machine none of this is needed.
+source only. A stub `libcuda.so.1` whose entry points all fail lets it load, so TVM's compile callback runs (the
+pinned NVRTC for the target's arch, or nvcc where TVM_CUDA_COMPILE_MODE says so) and the exported library embeds
+the cubin. The stub cannot run anything: it is only put on `LD_LIBRARY_PATH` of a subprocess
+(`python -m gdn_tvm.build.cuda_stub`) that compiles and exports a saved IRModule. On a GPU machine none of this is
+needed.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,7 +52,7 @@ def export_with_stub(mod: tvm.IRModule, target: tvm.target.Target, path: Path, s
     stub = build_stub(stub_folder)
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(stub.parent), env.get("LD_LIBRARY_PATH")]))
-    env.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc" if shutil.which("nvcc") else "nvrtc")
+    env.setdefault("TVM_CUDA_COMPILE_MODE", "nvrtc")  # the pinned NVRTC, as tuning compiles
     env.setdefault("CUDA_PATH", "/usr/local/cuda")  # NVRTC's headers (a wrapper nvcc on PATH misleads TVM)
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "mod.json"

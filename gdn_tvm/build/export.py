@@ -20,7 +20,7 @@ from tvm import tirx
 
 from gdn_tvm.build import cuda_stub
 from gdn_tvm.build.compile import dlight_schedule
-from gdn_tvm.build.library import cuda_compile_mode, export_library
+from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, get, workload_groups
 from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
@@ -114,11 +114,13 @@ def build(
         "target_json": json.loads(str(target)),  # str(Target) is its JSON
     }
     if kind == "cuda" and not tvm.runtime.enabled("cuda"):
-        manifest["cuda_compile"] = cuda_stub.export_with_stub(mod, target, library, Path(out) / "cuda_stub")
+        manifest["cuda_compile"] = cuda_compiler(
+            cuda_stub.export_with_stub(mod, target, library, Path(out) / "cuda_stub")
+        )
     else:
         export_library(mod, target, library)
         if kind == "cuda":
-            manifest["cuda_compile"] = cuda_compile_mode()
+            manifest["cuda_compile"] = cuda_compiler(cuda_compile_mode())
     hand = [s.name for s in scheduled if s.source == "hand"]
     manifest["hand_schedules"] = hand
     manifest["functions"] = {

@@ -8,6 +8,8 @@ GPU machine would then JIT at every load. That case is an error here.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import tvm
@@ -39,3 +41,17 @@ def export_library(mod: tvm.IRModule, target: tvm.target.Target, path: Path) -> 
 def cuda_compile_mode() -> str:
     """How TVM compiles CUDA here: `TVM_CUDA_COMPILE_MODE` (nvrtc, the default, makes a cubin; nvcc a fatbin)."""
     return os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
+
+
+def cuda_compiler(mode: str) -> str:
+    """`mode` with its CUDA release, e.g. "nvrtc 13.0": the same kernel source runs at different speeds from
+    different releases (the pinned NVRTC is the one the tuner timed)."""
+    if mode == "nvrtc":
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"nvrtc {major}.{minor}"
+    found = re.search(
+        r"release (\d+\.\d+)", subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+    )
+    return f"nvcc {found.group(1) if found else '?'}"
