@@ -40,6 +40,21 @@ def time_launch(func, args: list) -> float:
     return statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
 
 
+def swapped_calls(stack: HybridStack, op: str, bench: dict) -> list[tuple[str | None, object, list]]:
+    """(label, function, arguments) of `op`'s launch in `stack`'s plan: as planned (label None), with each
+    non-scalar argument in turn replaced by `bench`'s value of it (label: its name), and with all replaced ("all").
+    `bench` holds every visible argument of the op by name (`benchmarks.run.inputs`)."""
+    layer = next(layer for layer in stack.layers if op in layer.launched)
+    func, planned = layer.plan[layer.launched.index(op)]
+    signature = OPS[op].signature(stack.cfg)
+    names = [a.alias or a.name for a in signature]  # an alias write side takes its state's value
+    labels = [None, *(a.name for a in visible(signature) if not a.is_scalar), "all"]
+    return [
+        (label, func, [bench[n] if label in (n, "all") else v for n, v in zip(names, planned, strict=True)])
+        for label in labels
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", required=True, choices=sorted(OPS))
@@ -56,35 +71,34 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the op's hand schedule compiled here with these TVM_CUDA_COMPILE_MODEs",
     )
     p.add_argument("--out", help="also append the JSON lines to this file")
-    args = p.parse_args(argv)
+    args = p.parse_args(argv)  # fmt: skip
     cfg = step_config(args.preset, args.batch)
+    if not 0 <= args.decode < cfg.max_len:
+        p.error(f"--decode {args.decode} is outside the cache's {cfg.max_len} rows")
+    kinds = [k for k in ("gdn", "attention") if args.op in kernel_names(cfg, (k,))]
+    if not kinds:
+        p.error(f"--op {args.op} is not launched by a {cfg.key} step (its launches: {', '.join(kernel_names(cfg))})")
     kernels = library_kernels(args.tuned, cfg) or kernels_for(cfg, kernel_names(cfg), args.library)
-    kind = next(k for k in ("gdn", "attention") if args.op in kernel_names(cfg, (k,)))
-    stack = HybridStack(cfg, kernels, tvm.cuda(0), layer_types=(kind,), seed=0)
+    stack = HybridStack(cfg, kernels, tvm.cuda(0), layer_types=(kinds[0],), seed=0)
     stack.capture()
     x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
     slots = np.arange(cfg.batch, dtype=np.int32)
     for t in range(args.decode):
         stack.step_graph(x, np.full(cfg.batch, t, np.int32), slots)
     stack.write_inputs(x, np.full(cfg.batch, args.decode, np.int32), slots)
-    layer = stack.layers[0]
-    func, step_args = layer.plan[layer.launched.index(args.op)]
-    signature = kernels[args.op].signature
     bench = {  # as TVM tensors: a torch argument would send the launch to torch's stream, outside the capture
         n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v
         for n, v in inputs(OPS[args.op], cfg, np.random.default_rng(1), position=args.decode).items()
     }
-    names = [a.alias or a.name for a in signature]
-    swaps = [None, *(a.name for a in visible(signature) if not a.is_scalar), "all"]
-    timings = [(s, func, [bench[n] if s in (n, "all") else v for n, v in zip(names, step_args, strict=True)])
-               for s in swaps]  # fmt: skip
+    calls = swapped_calls(stack, args.op, bench)
+    planned = calls[0][2]
     for mode in args.compile_modes:
         os.environ["TVM_CUDA_COMPILE_MODE"] = mode
-        timings.append((f"kernel compiled here ({mode})", compile_op(OPS[args.op], cfg, cuda()).func, step_args))
+        calls.append((f"kernel compiled here ({mode})", compile_op(OPS[args.op], cfg, cuda()).func, planned))
     rows = []
-    for swapped, f, call in timings:
-        row = {"op": args.op, "key": cfg.key, "position": args.decode, "swapped": swapped,
-               "us": round(time_launch(f, call), 2)}  # fmt: skip
+    for label, func, call in calls:
+        row = {"op": args.op, "key": cfg.key, "position": args.decode, "swapped": label,
+               "us": round(time_launch(func, call), 2)}  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

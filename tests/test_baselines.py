@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 import tvm
+import tvm_ffi
 from conftest import CASES, assert_close
 
-from benchmarks import profile, steps, sweep, torch_ops
+from benchmarks import profile, steps, swap, sweep, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -140,3 +141,41 @@ def test_sweep_rejects_a_position_past_the_cache(rng):
     """(Before anything compiles or touches a GPU.)"""
     with pytest.raises(ValueError, match="outside the cache"):
         sweep.sweep("decode_attention_split", "qwen3.5-4b", 1, rng, position=10**6, max_len=4096)
+
+
+def test_swap_replaces_one_planned_argument_at_a_time(rng):
+    """The step-vs-benchmark harness: the planned launch, then each argument (an alias's write side with its
+    state) taken from the benchmark's inputs, then all of them; every call runs."""
+    cfg = CASES["4b-B3"]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("attention",))
+    stack.write_inputs(np.zeros((3, cfg.model.hidden), np.float32), [5, 9, 70], [2, 0, 3])
+    op = "decode_attention_split"
+    bench = {n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v
+             for n, v in inputs(OPS[op], cfg, rng, device="cpu", position=40).items()}  # fmt: skip
+    calls = swap.swapped_calls(stack, op, bench)
+    names = [a.alias or a.name for a in OPS[op].signature(cfg)]
+    visible_names = [a.name for a in visible(OPS[op].signature(cfg)) if not a.is_scalar]
+    assert [label for label, _, _ in calls] == [None, *visible_names, "all"]
+    planned = calls[0][2]
+    assert planned == stack.layers[0].plan[stack.layers[0].launched.index(op)][1]
+    for label, _, call in calls[1:-1]:
+        changed = [n for n, a, b in zip(names, call, planned, strict=True) if a is not b]
+        assert changed and set(changed) == {label}, label
+        assert all(a is bench[n] for n, a in zip(names, call, strict=True) if n == label)
+    assert all(a is bench[n] for n, a in zip(names, calls[-1][2], strict=True))
+    for _, func, call in calls:
+        func(*call)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--op", "decode_attention", "--batch", "32"], "--op decode_attention is not launched by a qwen3.5-4b-b32"),
+        (["--op", "decode_attention_split", "--decode", "4096"], "--decode 4096 is outside the cache's 4096 rows"),
+    ],
+)
+def test_swap_rejects_what_the_step_cannot_time(argv, message, capsys):
+    """(Before anything compiles or touches a GPU.)"""
+    with pytest.raises(SystemExit):
+        swap.main(argv)
+    assert message in capsys.readouterr().err
