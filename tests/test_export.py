@@ -1,5 +1,5 @@
 """Build and export (`make build`): strict record lookup, manifest, loading with the TVM runtime alone, the CUDA
-export with compiled device code (stub driver + nvcc on a CPU machine), and the committed H200 logs on a GPU."""
+export with compiled device code (stub driver + NVRTC on a CPU machine), and the committed H200 logs on a GPU."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import cuda, gpu_present, llvm
+from gdn_tvm.tuning.driver import workloads
 from gdn_tvm.tuning.records import MissingRecordError
 
 CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
@@ -32,6 +33,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def quiet(_line: str) -> None:
     """Swallows the build summary line."""
+
+
+def can_export_cuda() -> bool:
+    """A CUDA export compiles here: gcc builds the stub driver, NVRTC finds the CUDA headers."""
+    headers = Path(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "include", "cuda.h")
+    return bool(shutil.which("gcc")) and headers.exists()
+
+
+needs_cuda_export = pytest.mark.skipif(
+    not can_export_cuda(), reason="no gcc (for the stub driver) or no CUDA headers (for NVRTC)"
+)
 
 
 def test_missing_record_is_an_error_naming_each_workload(tmp_path):
@@ -105,10 +117,7 @@ def test_load_needs_only_the_tvm_runtime(sigmoid_build):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.skipif(
-    not (shutil.which("gcc") and Path(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "include", "cuda.h").exists()),
-    reason="no gcc (for the stub driver) or no CUDA headers (for NVRTC)",
-)
+@needs_cuda_export
 def test_cuda_export_embeds_compiled_device_code(tmp_path):
     names = ["sigmoid_gate", "causal_conv1d_silu"]  # a no-alias and an in-place kernel: two device modules
     path = build(CFG, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
@@ -149,15 +158,37 @@ COMMITTED_CUDA_LOGS = {
 
 @pytest.mark.parametrize("case", list(COMMITTED_CUDA_LOGS))
 def test_committed_h200_logs_build_strictly(case, tmp_path):
-    """Every op of the shape has a record whose trace replays on its definition (no hand fallback); where nvcc is
-    found, the strict build compiles and exports too."""
+    """Every op of the shape has a record whose trace replays on its definition (no hand fallback); where a CUDA
+    export compiles, the strict build compiles and exports too, with the compiler that timed every record (the
+    pinned NVRTC: a new pin needs new logs)."""
     cfg = COMMITTED_CUDA_LOGS[case]
     scheduled = schedule_ops(cfg, "cuda", REPO / "tuning_logs", list(OPS), allow_hand=False)
     assert {s.source for s in scheduled} == {"tuned"}
-    if shutil.which("nvcc") and shutil.which("gcc"):
-        manifest = build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
-        functions = json.loads(manifest.read_text())["functions"]
+    if can_export_cuda():
+        lines: list[str] = []
+        manifest = json.loads(build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=lines.append).read_text())
+        functions = manifest["functions"]
         assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
+        assert {f["tuned_with"] for f in functions.values()} == {manifest["cuda_compile"]}
+        assert not any(line.startswith("warning") for line in lines), lines
+
+
+@needs_cuda_export
+def test_build_names_records_tuned_with_another_compiler(tmp_path):
+    """A record timed with another CUDA compiler still builds, and the build says which ops to re-tune."""
+    cfg = COMMITTED_CUDA_LOGS["0.8b-B1"]
+    (w,) = [w for w, _ in workloads(cfg, "cuda", ["sigmoid_gate"])]
+    logs = tmp_path / "logs"
+    shutil.copytree(REPO / "tuning_logs" / w.key, logs / w.key)
+    summary = json.loads((logs / w.key / "summary.json").read_text())
+    (logs / w.key / "summary.json").write_text(json.dumps({**summary, "compiler": "nvrtc 12.8"}))
+    lines: list[str] = []
+    manifest = json.loads(build(cfg, cuda(), logs, tmp_path, names=["sigmoid_gate"], echo=lines.append).read_text())
+    assert manifest["functions"]["sigmoid_gate"]["tuned_with"] == "nvrtc 12.8"
+    assert (
+        lines[-1].startswith("warning: 1 op(s) were tuned with another compiler")
+        and "sigmoid_gate (nvrtc 12.8)" in lines[-1]
+    )
 
 
 @pytest.mark.gpu

@@ -38,6 +38,7 @@ class Scheduled:
     source: str
     digest: str | None
     tuned_us: float | None  # the record's measured time
+    tuned_with: str | None = None  # the CUDA compiler that timed the record
 
 
 def schedule_ops(
@@ -84,7 +85,7 @@ def _schedule(w: Workload, logs: str | Path, allow_hand: bool, missing: list[str
             return None
         return Scheduled(w.op.name, w.key, w.op.schedule(w.cfg, w.kind).mod["main"], "hand", None, None)
     func = records.replay(found.record, w, found.folder).mod["main"]
-    return Scheduled(w.op.name, w.key, func, "tuned", found.digest, found.run_us)
+    return Scheduled(w.op.name, w.key, func, "tuned", found.digest, found.run_us, found.compiler)
 
 
 def build(
@@ -129,6 +130,7 @@ def build(
             "schedule": s.source,
             "record": s.digest,
             "tuned_us": s.tuned_us,
+            "tuned_with": s.tuned_with,
             "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
         }
         for s in scheduled
@@ -139,4 +141,11 @@ def build(
     counts = {k: sum(s.source == k for s in scheduled) for k in ("tuned", "hand", "dlight")}
     sources = ", ".join(f"{n} {k}" for k, n in counts.items() if n or k != "dlight")
     echo(f"{library}: {len(scheduled)} ops, {sources}{fallback}")
+    compiler = manifest.get("cuda_compile")
+    other = [f"{s.name} ({s.tuned_with})" for s in scheduled if s.tuned_with not in (None, compiler)]
+    if other:
+        echo(
+            f"warning: {len(other)} op(s) were tuned with another compiler than this build's {compiler}: "
+            f"{', '.join(other)}; their records were ranked on other machine code (re-tune them with this compiler)"
+        )
     return path

@@ -25,6 +25,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.build.compile import compile_func
+from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op, get, workload_groups
 from gdn_tvm.schedules.gemv import MANY_LANES
@@ -188,6 +189,8 @@ class _Tuner:
             "timing": "cuda-graph" if self.budget.graph else "eager",
             "note": note,
         }
+        if w.kind == "cuda":  # the same record compiles to other kernels by release (docs/design.md)
+            summary["compiler"] = cuda_compiler(cuda_compile_mode())
         records.prune(path, w.kind, chosen)
         records.write_summary(path, summary)
         shutil.rmtree(scratch)

@@ -19,7 +19,7 @@ from gdn_tvm.tuning.workload import Workload
 WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database: the workload table
 PACKED = WORKLOADS + ".xz"  # ... as a pruned log keeps it: serialised IRModules shrink ~20x, the repo stays small
 RECORDS = "database_tuning_record.json"  # ... and the tuning records
-SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run
+SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run, CUDA compiler
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
 
 
@@ -42,6 +42,11 @@ class Found:
     @property
     def run_us(self) -> float:
         return mean_us(self.record)
+
+    @property
+    def compiler(self) -> str | None:
+        """The CUDA compiler and release the record was timed with (`summary.json`), None for other targets."""
+        return read_summary(self.folder).get("compiler")
 
 
 def folder(root: str | Path, w: Workload) -> Path:
