@@ -34,8 +34,8 @@ def ops_table(data: dict) -> list[str]:
         "",
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
-        "TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not serve them "
-        "(L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB).",
+        f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not "
+        "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB).",
         "",
         "| op | B | TVM us | GB/s | % of 4.3 TB/s | L2-hot us | tuned us | dlight us | torch us | fla us | fla GB/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -51,6 +51,12 @@ def ops_table(data: dict) -> list[str]:
     return lines
 
 
+def _compilers(data: dict) -> str:
+    """ "Compiled by ...: " for results that name their kernels' CUDA compilers (from 2026-11-30), else nothing."""
+    names = sorted({c for by_batch in data.get("compilers", {}).values() for c in by_batch.values()})
+    return f"Kernels compiled by {', '.join(names)}. " if names else ""
+
+
 def steps_table(data: dict) -> list[str]:
     lines = [
         f"### Decode steps — {data['gpu']} (commit {data['commit']}), position {data['position']}",
@@ -63,8 +69,9 @@ def steps_table(data: dict) -> list[str]:
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
+        schedules = r.get("schedules", "hand") + (f" ({r['compiler']})" if "compiler" in r else "")
         lines.append(
-            f"| {r['what']} | {r['preset']} | {r['batch']} | {r.get('schedules', 'hand')} | {r['layers']} "
+            f"| {r['what']} | {r['preset']} | {r['batch']} | {schedules} | {r['layers']} "
             f"| {r['eager_us']} | {r['graph_us']} "
             f"| {r['torch_eager_us']} | {r['weight_floor_us']} | {_fmt(r.get('bytes_floor_us'))} "
             f"| {r['graph_speedup_vs_eager']}x | {r['graph_vs_floor']}x "

@@ -19,6 +19,7 @@ from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
 from gdn_tvm.build.compile import compile_dlight, compile_op
+from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
@@ -144,6 +145,17 @@ def untuned(functions: dict[str, dict]) -> list[str]:
     return sorted(n for n, f in functions.items() if f["schedule"] != "tuned")
 
 
+def build_compiler(root: str | None, cfg: DecodeConfig) -> str:
+    """The CUDA compiler of `cfg`'s kernels: the manifest's under `root` (a prebuilt build), else this machine's (the
+    kernels compile here)."""
+    if root is not None:
+        try:
+            return read_manifest(root, cfg, "cuda")[1].get("cuda_compile", "unknown")
+        except ManifestError:
+            pass
+    return cuda_compiler(cuda_compile_mode())
+
+
 def schedule_summary(root: str, cfg: DecodeConfig) -> str:
     """Where the functions of `cfg`'s build under `root` got their schedules: "tuned", or "tuned N/M (hand: ...)"."""
     functions = manifest_functions(root, cfg)
@@ -220,12 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     floor = empty_launch_us()
     print(f"empty kernel (graph-replayed): {floor:.2f} us", flush=True)
-    results = Results(args.out, "benchmarks.run", argv, preset=args.preset, peak_gbps=PEAK_GBPS, empty_launch_us=floor)
+    results = Results(
+        args.out, "benchmarks.run", argv, preset=args.preset, peak_gbps=PEAK_GBPS, empty_launch_us=floor, compilers={}
+    )
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
         tuned = library_kernels(args.tuned, cfg, tuned_only=True)
         dlight = library_kernels(args.dlight_library, cfg)
+        compilers = {"tvm": build_compiler(args.library, cfg)}  # one design's kernels differ by compiler
+        if tuned:
+            compilers["tuned"] = build_compiler(args.tuned, cfg)
+        if dlight or args.dlight:
+            compilers["dlight"] = build_compiler(args.dlight_library if dlight else None, cfg)
+        results.data["compilers"][f"B={batch}"] = compilers
         for name in args.ops:
             others = {"tuned": tuned[name]} if name in tuned else {}
             if dlight:

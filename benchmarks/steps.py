@@ -24,7 +24,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS, kernels_for, library_kernels, schedule_summary
+from benchmarks.run import PEAK_GBPS, build_compiler, kernels_for, library_kernels, schedule_summary
 from benchmarks.timing import REPEATS, time_eager
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.graph import CudaGraph
@@ -161,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = step_config(name, batch)
             kernels = library_kernels(args.tuned, cfg)
             schedules = schedule_summary(args.tuned, cfg) if kernels else "hand"
+            compiler = build_compiler(args.tuned if kernels else args.library, cfg)
             kernels = kernels or kernels_for(cfg, kernel_names(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip
-                row = {**bench_stack(cfg, kernels, types, label), "schedules": schedules}
+                row = {**bench_stack(cfg, kernels, types, label), "schedules": schedules, "compiler": compiler}
                 results.add(row)
                 print(json.dumps(row), flush=True)
                 torch.cuda.empty_cache()

@@ -10,7 +10,7 @@ import tvm
 import tvm_ffi
 from conftest import CASES, assert_close
 
-from benchmarks import profile, steps, swap, sweep, torch_ops
+from benchmarks import profile, run, steps, swap, sweep, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -179,3 +179,12 @@ def test_swap_rejects_what_the_step_cannot_time(argv, message, capsys):
     with pytest.raises(SystemExit):
         swap.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_results_name_the_compiler_of_their_kernels(tmp_path, monkeypatch):
+    """A prebuilt build's compiler comes from its manifest; kernels compiled in process, from the pinned NVRTC."""
+    monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)
+    cfg = CASES["0.8b-B1"]
+    assert run.build_compiler(None, cfg) == run.build_compiler(str(tmp_path), cfg) == "nvrtc 13.0"  # no build there
+    monkeypatch.setattr(run, "read_manifest", lambda root, cfg, target: (None, {"cuda_compile": "nvcc 13.0"}))
+    assert run.build_compiler("prebuilt", cfg) == "nvcc 13.0"
