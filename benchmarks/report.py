@@ -52,7 +52,7 @@ def ops_table(data: dict) -> list[str]:
 
 
 def _compilers(data: dict) -> str:
-    """ "Compiled by ...: " for results that name their kernels' CUDA compilers (from 2026-11-30), else nothing."""
+    """The sentence naming the kernels' CUDA compilers; "" for older results, which do not record them."""
     names = sorted({c for by_batch in data.get("compilers", {}).values() for c in by_batch.values()})
     return f"Kernels compiled by {', '.join(names)}. " if names else ""
 
