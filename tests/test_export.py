@@ -25,7 +25,7 @@ from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import cuda, gpu_present, llvm
 from gdn_tvm.tuning.driver import workloads
-from gdn_tvm.tuning.records import MissingRecordError
+from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
 CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
 REPO = Path(__file__).resolve().parents[1]
@@ -171,6 +171,19 @@ def test_committed_h200_logs_build_strictly(case, tmp_path):
         assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
         assert {f["tuned_with"] for f in functions.values()} == {manifest["cuda_compile"]}
         assert not any(line.startswith("warning") for line in lines), lines
+
+
+def test_a_log_without_summary_builds_with_its_compiler_unknown(tmp_path):
+    """The summary is the record's context, not the record: a log copied without it still applies."""
+    cfg = COMMITTED_CUDA_LOGS["0.8b-B1"]
+    (w,) = [w for w, _ in workloads(cfg, "cuda", ["sigmoid_gate"])]
+    shutil.copytree(REPO / "tuning_logs" / w.key, tmp_path / w.key)
+    (tmp_path / w.key / "summary.json").unlink()
+    (scheduled,) = schedule_ops(cfg, "cuda", tmp_path, ["sigmoid_gate"], allow_hand=False)
+    assert scheduled.source == "tuned" and scheduled.tuned_with is None
+    (tmp_path / w.key / "summary.json").write_text("{not json")
+    with pytest.raises(TuningLogError, match="summary.json: unreadable"):
+        schedule_ops(cfg, "cuda", tmp_path, ["sigmoid_gate"], allow_hand=False)
 
 
 @needs_cuda_export

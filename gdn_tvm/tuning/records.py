@@ -45,7 +45,10 @@ class Found:
 
     @property
     def compiler(self) -> str | None:
-        """The CUDA compiler and release the record was timed with (`summary.json`), None for other targets."""
+        """The CUDA compiler and release the record was timed with (`summary.json`); None for other targets and
+        for a log without a summary (copied without it, or from before summaries named it)."""
+        if not (self.folder / SUMMARY).exists():
+            return None
         return read_summary(self.folder).get("compiler")
 
 
