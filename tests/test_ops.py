@@ -7,6 +7,7 @@ import pytest
 from conftest import CASES, check_op_against_reference
 
 from gdn_tvm.build.compile import compile_op
+from gdn_tvm.reference.activations import sigmoid, silu, softplus
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import ArgumentError, sample, visible
 from gdn_tvm.target import llvm
@@ -61,3 +62,17 @@ def test_bad_input_rejected_by_name_and_state_untouched(name, rng):
             kernel(**(values | {arg_name: bad}))
         for k, v in before.items():
             assert np.array_equal(values[k], v, equal_nan=True), f"{name}: {k} changed by a rejected call"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_reference_activations_never_overflow(dtype):
+    """The references' sigmoid, SiLU and softplus at any input: the textbook forms where those are finite, limits
+    beyond, and no overflow (a float32 baseline check once hit exp(-x) = inf)."""
+    x = np.array([-1000.0, -90.0, -1.5, 0.0, 2.0, 25.0, 1000.0], dtype)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        s, y, sp = sigmoid(x), silu(x), softplus(x)
+    inner = x[2:-2].astype(np.float64)
+    np.testing.assert_allclose(s[2:-2], 1.0 / (1.0 + np.exp(-inner)), rtol=1e-6 if dtype == np.float32 else 1e-15)
+    np.testing.assert_allclose(y[2:-2], inner / (1.0 + np.exp(-inner)), rtol=1e-6 if dtype == np.float32 else 1e-15)
+    assert s[0] == 0.0 and s[-1] == 1.0 and y[0] == 0.0 and y[-1] == x[-1]
+    assert sp[-1] == x[-1] and sp[0] == 0.0 and sp.dtype == dtype

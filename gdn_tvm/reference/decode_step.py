@@ -15,16 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from gdn_tvm.config import ModelConfig
+from gdn_tvm.reference.activations import sigmoid, silu, softplus
 
 EPS = 1e-6
-
-
-def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
 
 
 def gdn_mixer_step(
@@ -38,10 +31,10 @@ def gdn_mixer_step(
             continue
         mixed = w["in_proj_qkv"] @ x[b]
         z = (w["in_proj_z"] @ x[b]).reshape(hv, dv)
-        beta = 1.0 / (1.0 + np.exp(-(w["in_proj_b"] @ x[b])))
-        g = _softplus(w["in_proj_a"] @ x[b] + w["dt_bias"]) * w["A"]
+        beta = sigmoid(w["in_proj_b"] @ x[b])
+        g = softplus(w["in_proj_a"] @ x[b] + w["dt_bias"]) * w["A"]
         window = np.concatenate([conv_state[s], mixed[:, None]], axis=1)  # [C, Kc]
-        conv = _silu((window * w["conv1d"]).sum(axis=1))
+        conv = silu((window * w["conv1d"]).sum(axis=1))
         conv_state[s] = window[:, 1:]
         q = conv[: hk * dk].reshape(hk, dk)
         k = conv[hk * dk : 2 * hk * dk].reshape(hk, dk)
@@ -56,7 +49,7 @@ def gdn_mixer_step(
             state = state + np.outer(d, k[kh])
             rec_state[s, h] = state
             o[h] = state @ q[kh]
-        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + EPS) * w["norm"] * _silu(z)
+        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + EPS) * w["norm"] * silu(z)
         out[b] = w["out_proj"] @ o.reshape(-1)
     return out
 
@@ -102,5 +95,5 @@ def attention_mixer_step(
             scores = k_cache[s, : pos + 1, kvh] @ q[h] / np.sqrt(d)
             p = np.exp(scores - scores.max())
             attn[h] = (p / p.sum()) @ v_cache[s, : pos + 1, kvh]
-        out[b] = w["o_proj"] @ (attn * (1.0 / (1.0 + np.exp(-gate)))).reshape(-1)
+        out[b] = w["o_proj"] @ (attn * sigmoid(gate)).reshape(-1)
     return out

@@ -2,7 +2,9 @@
 
 import numpy as np
 
+from gdn_tvm.reference.activations import silu
+
 
 def gated_rmsnorm(o: np.ndarray, z: np.ndarray, w: np.ndarray, y: np.ndarray) -> None:
     """o, z: [B, Hv, Dv]; w: [Dv] -> y[:] = o * rsqrt(mean(o^2) + 1e-6) * w * silu(z), per head."""
-    y[...] = o / np.sqrt((o * o).mean(axis=-1, keepdims=True) + 1e-6) * w * (z / (1.0 + np.exp(-z)))
+    y[...] = o / np.sqrt((o * o).mean(axis=-1, keepdims=True) + 1e-6) * w * silu(z)

@@ -2,7 +2,9 @@
 
 import numpy as np
 
+from gdn_tvm.reference.activations import sigmoid
+
 
 def sigmoid_gate(x: np.ndarray, gate: np.ndarray, y: np.ndarray) -> None:
     """x, gate: [B, Hq, D] -> y[:] = x * sigmoid(gate)."""
-    y[...] = x / (1.0 + np.exp(-gate))
+    y[...] = x * sigmoid(gate)
