@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import numpy as np
@@ -25,13 +24,11 @@ from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
 from benchmarks.run import PEAK_GBPS, build_compiler, kernels_for, library_kernels, schedule_summary
-from benchmarks.timing import REPEATS, time_eager
+from benchmarks.timing import time_eager, time_launch
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import unstack
-from gdn_tvm.traffic import LAUNCHES
 
 
 class TorchStack:
@@ -93,29 +90,33 @@ def state_bytes(stack: HybridStack, position: int) -> int:
 
 
 def kernel_breakdown(stack: HybridStack) -> list[dict]:
-    """Every launch of the step's plan timed alone on the step's own buffers (L2-hot, as inside the step): where
-    a layer's time goes. LAUNCHES launches of it are captured as one graph through the runtime's own capture
-    (the plan's arguments are TVM tensors, which a torch capture stream never sees); median of REPEATS replays."""
-    rows = []
-    for layer in stack.layers:
-        for name, (func, args) in zip(layer.launched, layer.plan, strict=True):
-            graph = CudaGraph(lambda f=func, a=args: [f(*a) for _ in range(LAUNCHES)], LAUNCHES)
-            graph.replay()
-            us = statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
-            rows.append({"kernel": name, "us": round(us, 2)})
-    return rows
+    """Every launch of the step's plan timed alone on the step's own buffers (`timing.time_launch`): where a
+    layer's time goes."""
+    return [
+        {"kernel": name, "us": round(time_launch(func, args), 2)}
+        for layer in stack.layers
+        for name, (func, args) in zip(layer.launched, layer.plan, strict=True)
+    ]
+
+
+def decode_until(stack: HybridStack, position: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every lane (slots 0..B-1) decodes positions 0..position-1 by graph replay (`capture()` first), so the caches
+    and states hold what decoding wrote, then the step at `position` is written; returns its (x, slots)."""
+    cfg = stack.cfg
+    x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
+    slots = np.arange(cfg.batch, dtype=np.int32)
+    for t in range(position):
+        stack.step_graph(x, np.full(cfg.batch, t, np.int32), slots)
+    stack.write_inputs(x, np.full(cfg.batch, position, np.int32), slots)
+    return x, slots
 
 
 def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label: str) -> dict:
     dev = tvm.cuda(0)
     stack = HybridStack(cfg, kernels, dev, layer_types=types, seed=0)
     stack.capture()
-    x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
-    slots = np.arange(cfg.batch, dtype=np.int32)
-    for t in range(STEP_MAX_LEN // 2):  # the timed step reads caches and states that decoding wrote, not zeros
-        stack.step_graph(x, np.full(cfg.batch, t, np.int32), slots)
+    x, slots = decode_until(stack, STEP_MAX_LEN // 2)
     pos = np.full(cfg.batch, STEP_MAX_LEN // 2, np.int32)
-    stack.write_inputs(x, pos, slots)
     weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
     eager = time_eager(lambda _: stack.run(), 1)
     graph = time_eager(lambda _: stack.graph.replay(), 1)

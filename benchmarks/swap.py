@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -22,22 +21,22 @@ import tvm_ffi
 
 from benchmarks.configs import STEP_MAX_LEN, step_config
 from benchmarks.run import inputs, kernels_for, library_kernels
-from benchmarks.timing import REPEATS
+from benchmarks.steps import decode_until
+from benchmarks.timing import time_launch
 from gdn_tvm.build.compile import compile_op
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
 from gdn_tvm.target import cuda
-from gdn_tvm.traffic import LAUNCHES
 
 
-def time_launch(func, args: list) -> float:
-    """Median microseconds of `func(*args)`, LAUNCHES launches a replayed graph (the step breakdown's timing)."""
-    graph = CudaGraph(lambda: [func(*args) for _ in range(LAUNCHES)], LAUNCHES)
-    graph.replay()
-    return statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
+def benchmark_inputs(op: str, cfg: DecodeConfig, position: int, device: str = "cuda") -> dict:
+    """The op benchmark's random inputs (`benchmarks.run.inputs`, every lane at `position`) as TVM tensors: a torch
+    argument would send the launch to torch's stream, outside the runtime's capture."""
+    values = inputs(OPS[op], cfg, np.random.default_rng(1), device=device, position=position)
+    return {n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v for n, v in values.items()}
 
 
 def swapped_calls(stack: HybridStack, op: str, bench: dict) -> list[tuple[str | None, object, list]]:
@@ -81,16 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     kernels = library_kernels(args.tuned, cfg) or kernels_for(cfg, kernel_names(cfg), args.library)
     stack = HybridStack(cfg, kernels, tvm.cuda(0), layer_types=(kinds[0],), seed=0)
     stack.capture()
-    x = np.random.default_rng(0).standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
-    slots = np.arange(cfg.batch, dtype=np.int32)
-    for t in range(args.decode):
-        stack.step_graph(x, np.full(cfg.batch, t, np.int32), slots)
-    stack.write_inputs(x, np.full(cfg.batch, args.decode, np.int32), slots)
-    bench = {  # as TVM tensors: a torch argument would send the launch to torch's stream, outside the capture
-        n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v
-        for n, v in inputs(OPS[args.op], cfg, np.random.default_rng(1), position=args.decode).items()
-    }
-    calls = swapped_calls(stack, args.op, bench)
+    decode_until(stack, args.decode)
+    calls = swapped_calls(stack, args.op, benchmark_inputs(args.op, cfg, args.decode))
     planned = calls[0][2]
     for mode in args.compile_modes:
         os.environ["TVM_CUDA_COMPILE_MODE"] = mode

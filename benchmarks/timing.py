@@ -1,4 +1,5 @@
-"""CUDA-graph timing with CUDA events, over rotating input sets so repeated launches don't hit in L2."""
+"""CUDA-graph timing with CUDA events, over rotating input sets so repeated launches don't hit in L2; and of one
+launch of a runtime plan on its own buffers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 
 import torch
 
+from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.traffic import LAUNCHES
 
 REPEATS = 25
@@ -27,6 +29,15 @@ def time_graph(fn: Callable[[int], None], sets: int) -> float:
     graph.replay()
     torch.cuda.synchronize()
     return _median_events(graph.replay, LAUNCHES)
+
+
+def time_launch(func: Callable, args: list) -> float:
+    """Median microseconds of `func(*args)` on TVM tensors (a plan's launch, L2-hot as inside a step): LAUNCHES
+    launches captured as one graph through the runtime's own capture, which a torch capture stream never sees;
+    median of REPEATS replays."""
+    graph = CudaGraph(lambda: [func(*args) for _ in range(LAUNCHES)], LAUNCHES)
+    graph.replay()
+    return statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
 
 
 def time_eager(fn: Callable[[int], None], sets: int) -> float:

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 import torch
 import tvm
-import tvm_ffi
 from conftest import CASES, assert_close
 
-from benchmarks import profile, run, steps, swap, sweep, torch_ops
+from benchmarks import profile, run, steps, swap, sweep, timing, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -91,18 +90,18 @@ def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
     class FakeGraph:
         def __init__(self, run, launches):
             captured.append(len(run()))  # the capture runs the launch LAUNCHES times
-            assert launches == steps.LAUNCHES
+            assert launches == LAUNCHES
 
         def replay(self):
             pass
 
         def elapsed(self, replays):
-            return replays * len(captured) * steps.LAUNCHES / 1e6  # graph n: n us a launch
+            return replays * len(captured) * LAUNCHES / 1e6  # graph n: n us a launch
 
-    monkeypatch.setattr(steps, "CudaGraph", FakeGraph)
+    monkeypatch.setattr(timing, "CudaGraph", FakeGraph)
     rows = steps.kernel_breakdown(stack)
     assert [r["kernel"] for r in rows] == [n for layer in stack.layers for n in layer.launched]
-    assert [r["us"] for r in rows] == list(range(1, len(rows) + 1)) and captured == [steps.LAUNCHES] * len(rows)
+    assert [r["us"] for r in rows] == list(range(1, len(rows) + 1)) and captured == [LAUNCHES] * len(rows)
     assert {"delta_rule_fused", "decode_attention_reduce"} <= {r["kernel"] for r in rows}
 
 
@@ -143,15 +142,14 @@ def test_sweep_rejects_a_position_past_the_cache(rng):
         sweep.sweep("decode_attention_split", "qwen3.5-4b", 1, rng, position=10**6, max_len=4096)
 
 
-def test_swap_replaces_one_planned_argument_at_a_time(rng):
+def test_swap_replaces_one_planned_argument_at_a_time():
     """The step-vs-benchmark harness: the planned launch, then each argument (an alias's write side with its
     state) taken from the benchmark's inputs, then all of them; every call runs."""
     cfg = CASES["4b-B3"]
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("attention",))
     stack.write_inputs(np.zeros((3, cfg.model.hidden), np.float32), [5, 9, 70], [2, 0, 3])
     op = "decode_attention_split"
-    bench = {n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v
-             for n, v in inputs(OPS[op], cfg, rng, device="cpu", position=40).items()}  # fmt: skip
+    bench = swap.benchmark_inputs(op, cfg, 40, device="cpu")
     calls = swap.swapped_calls(stack, op, bench)
     names = [a.alias or a.name for a in OPS[op].signature(cfg)]
     visible_names = [a.name for a in visible(OPS[op].signature(cfg)) if not a.is_scalar]
@@ -188,3 +186,20 @@ def test_results_name_the_compiler_of_their_kernels(tmp_path, monkeypatch):
     assert run.build_compiler(None, cfg) == run.build_compiler(str(tmp_path), cfg) == "nvrtc 13.0"  # no build there
     monkeypatch.setattr(run, "read_manifest", lambda root, cfg, target: (None, {"cuda_compile": "nvcc 13.0"}))
     assert run.build_compiler("prebuilt", cfg) == "nvcc 13.0"
+
+
+def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypatch):
+    """(Graph replay faked by eager steps: no GPU.) The benchmarks' timed step reads what decoding wrote."""
+    cfg = CASES["4b-B3"]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("attention",))
+    decoded = []
+
+    def step(x, positions, slots):
+        decoded.append(positions.tolist())
+        return stack.step(x, positions, slots)
+
+    monkeypatch.setattr(stack, "step_graph", step)
+    x, slots = steps.decode_until(stack, 3)
+    assert decoded == [[t] * 3 for t in range(3)] and slots.tolist() == [0, 1, 2]
+    assert stack.io.positions.numpy().tolist() == [3, 3, 3] and np.array_equal(stack.x.numpy(), x)
+    assert np.abs(stack.layers[0].k_cache.numpy()[:3, :3]).min(axis=(2, 3)).all()  # rows 0..2 of every slot written

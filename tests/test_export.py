@@ -173,15 +173,21 @@ def test_committed_h200_logs_build_strictly(case, tmp_path):
         assert not any(line.startswith("warning") for line in lines), lines
 
 
+def copied_summary(cfg: DecodeConfig, op: str, logs: Path) -> Path:
+    """`op`'s committed H200 log at `cfg` copied under `logs`; the copy's summary.json."""
+    (w,) = [w for w, _ in workloads(cfg, "cuda", [op])]
+    shutil.copytree(REPO / "tuning_logs" / w.key, logs / w.key)
+    return logs / w.key / "summary.json"
+
+
 def test_a_log_without_summary_builds_with_its_compiler_unknown(tmp_path):
     """The summary is the record's context, not the record: a log copied without it still applies."""
     cfg = COMMITTED_CUDA_LOGS["0.8b-B1"]
-    (w,) = [w for w, _ in workloads(cfg, "cuda", ["sigmoid_gate"])]
-    shutil.copytree(REPO / "tuning_logs" / w.key, tmp_path / w.key)
-    (tmp_path / w.key / "summary.json").unlink()
+    summary = copied_summary(cfg, "sigmoid_gate", tmp_path)
+    summary.unlink()
     (scheduled,) = schedule_ops(cfg, "cuda", tmp_path, ["sigmoid_gate"], allow_hand=False)
     assert scheduled.source == "tuned" and scheduled.tuned_with is None
-    (tmp_path / w.key / "summary.json").write_text("{not json")
+    summary.write_text("{not json")
     with pytest.raises(TuningLogError, match="summary.json: unreadable"):
         schedule_ops(cfg, "cuda", tmp_path, ["sigmoid_gate"], allow_hand=False)
 
@@ -190,11 +196,9 @@ def test_a_log_without_summary_builds_with_its_compiler_unknown(tmp_path):
 def test_build_names_records_tuned_with_another_compiler(tmp_path):
     """A record timed with another CUDA compiler still builds, and the build says which ops to re-tune."""
     cfg = COMMITTED_CUDA_LOGS["0.8b-B1"]
-    (w,) = [w for w, _ in workloads(cfg, "cuda", ["sigmoid_gate"])]
     logs = tmp_path / "logs"
-    shutil.copytree(REPO / "tuning_logs" / w.key, logs / w.key)
-    summary = json.loads((logs / w.key / "summary.json").read_text())
-    (logs / w.key / "summary.json").write_text(json.dumps({**summary, "compiler": "nvrtc 12.8"}))
+    summary = copied_summary(cfg, "sigmoid_gate", logs)
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "compiler": "nvrtc 12.8"}))
     lines: list[str] = []
     manifest = json.loads(build(cfg, cuda(), logs, tmp_path, names=["sigmoid_gate"], echo=lines.append).read_text())
     assert manifest["functions"]["sigmoid_gate"]["tuned_with"] == "nvrtc 12.8"
