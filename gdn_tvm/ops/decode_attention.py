@@ -99,14 +99,22 @@ def row_tile(cfg: DecodeConfig) -> int:
     return math.gcd(cfg.split_len, cfg.max_len, TILE_MAX)
 
 
-def _chunk(cfg: DecodeConfig):
+def whole_split(cfg: DecodeConfig, stage: str) -> bool:
+    """The split stage processes all `split_len` rows of a chunk (a fixed extent), those past the sequence masked,
+    where `split_len` divides `max_len` (no chunk leaves the cache); otherwise, and for unsplit, the valid rows
+    rounded up to whole tiles (`row_tile`)."""
+    return stage == "split" and cfg.max_len % cfg.split_len == 0
+
+
+def _chunk(cfg: DecodeConfig, stage: str):
     """Macro: partials m, l [.., NS] and acc [.., NS, D] of chunk j (its n valid rows) of lane b, kv head kh."""
     _, _, _, Hq, Hkv, D, SL, NS = _sizes(cfg)
     G, scale, tile = Hq // Hkv, T.float32(1.0 / math.sqrt(D)), row_tile(cfg)
+    whole = whole_split(cfg, stage)
 
     def padded(n):
-        """Rows processed: n rounded up to whole tiles."""
-        return (n + tile - 1) // tile * tile
+        """Rows processed: all `SL` (`whole_split`), or n rounded up to whole tiles."""
+        return SL if whole else (n + tile - 1) // tile * tile
 
     @T.macro
     def chunk(q, k_cache, v_cache, slots, b, kh, j, n, score, cmax, prob, m, l, acc):
@@ -155,8 +163,9 @@ def _chunk(cfg: DecodeConfig):
                 vj = T.axis.spatial(NS, j)
                 with T.init():
                     acc[b, kh * G + vg, vj, vd] = T.float32(0)
-                acc[b, kh * G + vg, vj, vd] = acc[b, kh * G + vg, vj, vd] + T.Select(
-                    vt < n, prob[b, kh * G + vg, vj, vt] * v_cache[slots[b], vj * SL + vt, kh, vd], T.float32(0)
+                acc[b, kh * G + vg, vj, vd] = (
+                    acc[b, kh * G + vg, vj, vd]
+                    + prob[b, kh * G + vg, vj, vt] * v_cache[slots[b], vj * SL + T.min(vt, n - 1), kh, vd]
                 )
 
     return chunk
@@ -164,7 +173,7 @@ def _chunk(cfg: DecodeConfig):
 
 def _split(cfg: DecodeConfig):
     B, S, L, Hq, Hkv, D, SL, NS = _sizes(cfg)
-    chunk = _chunk(cfg)
+    chunk = _chunk(cfg, "split")
 
     @T.prim_func(s_tir=True)
     def decode_attention_split(
@@ -194,7 +203,7 @@ def _split(cfg: DecodeConfig):
 def _unsplit(cfg: DecodeConfig, indirect: bool):
     B, S, L, Hq, Hkv, D, SL, NC = _sizes(cfg)
     G = Hq // Hkv
-    chunk = _chunk(cfg)
+    chunk = _chunk(cfg, "unsplit")
 
     def last_row(pos, b):
         """The lane's last valid row: `positions[b]` (indirect) or the scalar `pos`."""
