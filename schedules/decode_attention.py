@@ -20,7 +20,6 @@ import tvm
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.decode_attention import whole_split
 
 from .common import SMS
 
@@ -95,9 +94,7 @@ def _unroll_rows(sch: s_tir.Schedule, loop) -> None:
         sch.unroll(loop)
 
 
-def _cuda_chunk(
-    sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, warps: int, positions: int, lanes: int, vector: int
-):
+def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: int, lanes: int, vector: int):
     """The chunk blocks of split and unsplit on `warps * 32 / lanes` rows of `lanes` threads; returns the cross-group
     sum block of acc_out."""
     rows = warps * WARP // lanes
@@ -193,7 +190,7 @@ def cuda(
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
     sch.bind(bx, "blockIdx.x")
     sch.annotate(bx, "pragma_unroll_explicit", 0)  # unrolled loops hold allreduces: leave unrolling to nvcc
-    b_acc = _cuda_chunk(sch, cfg, stage, warps, positions, lanes, vector)
+    b_acc = _cuda_chunk(sch, cfg, warps, positions, lanes, vector)
     if stage == "unsplit":
         _cuda_merge(sch, b_acc, warps, vector)
 
