@@ -140,3 +140,24 @@ def test_dlight_builds_device_code_or_is_refused(name):
         assert name.startswith(("decode_attention", "partial_neox_rope")), f"dlight refused {name}: {err}"
         return
     assert kernel.device[0] == tvm.cuda().dlpack_device_type()
+
+
+# A float4 of V read unconditionally at row `min(t, n - 1)` of the chunk (the last valid row past the sequence).
+V_ROW_LOAD = re.compile(r"= \*\(float4\*\)\(v_cache_ptr \+ .*min\(")
+# The loop over a chunk's K row steps (the first `t_0` loop) or V row steps (the last), with its unroll pragma.
+ROW_STEPS = re.compile(r"(#pragma unroll\n\s*)?for \(int t_0(?:_\d+)? = 0; t_0(?:_\d+)? < (\d+);")
+
+
+def test_split_kv_chunk_loads_issue_together():
+    """qwen3.5-4b B=1 over 4096 rows: the split's chunk is a fixed 128 rows, its 2 K and 4 V row steps unrolled, and
+    no V load sits under a branch (one did, and each waited for the one before). B=32's 2-warp CTAs take 16 K and 32
+    V steps: left rolled (unrolled, they ran out of registers)."""
+    b1 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096))
+    steps = ROW_STEPS.findall(b1)
+    assert (steps[0], steps[-1]) == (("#pragma unroll\n    ", "2"), ("#pragma unroll\n    ", "4"))
+    lines = b1.splitlines()
+    loads = [i for i, line in enumerate(lines) if V_ROW_LOAD.search(line)]
+    assert loads and not any("condval" in line for i in loads for line in lines[i - 3 : i + 1])
+    b32 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=32, max_len=4096))
+    steps = ROW_STEPS.findall(b32)
+    assert (steps[0], steps[-1]) == (("", "16"), ("", "32"))

@@ -101,6 +101,26 @@ def test_reduce_never_reads_empty_splits(kernels, rng):
     assert np.isfinite(out[x["slots"] >= 0]).all() and np.isnan(out[x["slots"] < 0]).all()
 
 
+@pytest.mark.parametrize("seq_len", [CFG.split_len + 3, 75])
+def test_rows_past_the_sequence_are_never_used(kernels, rng, seq_len):
+    """Cache rows past each lane's position hold NaN (stale or never written): the split reads K rows up to its chunk's
+    end and masks their scores, and reads V only at valid rows, so split + reduce and unsplit stay exact."""
+    x = _inputs(rng, seq_len)
+    ref = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan)
+    decode_attention(**{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in x.items()}, out=ref)
+    for b in np.flatnonzero(x["slots"] >= 0):
+        for cache in ("k_cache", "v_cache"):
+            x[cache][x["slots"][b], x["positions"][b] + 1 :] = np.nan
+    got = _partials()
+    kernels["decode_attention_split"](**x, **got)
+    out = np.full(ref.shape, np.nan, np.float32)
+    kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
+    assert_close(out, ref, TOL_OP, "split+reduce over NaN rows past the sequence")
+    direct = np.full(ref.shape, np.nan, np.float32)
+    kernels["decode_attention_indirect"](**x, out=direct)
+    assert_close(direct, ref, TOL_OP, "unsplit over NaN rows past the sequence")
+
+
 def test_reduce_layouts_by_rows():
     assert reduce_layout(CFG) == (32, 64) and reduce_layout(WIDE) == (8, WIDE.model.head_dim)
     assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b))[0] for b in (32, 128, 256)] == [8, 2, 1]

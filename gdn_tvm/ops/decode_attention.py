@@ -13,12 +13,15 @@ Flag `indirect`: positions come from a device `int32[B]` buffer instead of one s
 
 Both unsplit and split compute each chunk `j` of `n = min(split_len, pos_b + 1 - j*split_len)` valid rows with
 the same SBlocks (the schedules' interface), for the query heads `kh*G + g` of kv head `kh`:
-  score (q . k_t, reduce over D), chunk_max (over t), max_out (m = scale * max), prob (exp(scale*score - m)),
-  sum_out (l), acc_out (acc, reduce over t).
+  score (q . k_t, reduce over D), chunk_max (over t), max_out (m = scale * max), prob (exp(scale*score - m), 0 for
+  t >= n), sum_out (l), acc_out (acc = sum_t prob_t * v at row min(t, n - 1), reduce over t: no mask around the V
+  load, and a row past the sequence is never read).
 split writes m, l, acc; unsplit merges them into its running state (init_state, then per chunk merge_acc,
 merge_sum, merge_max) and ends with normalize. reduce: part_max, part_den, part_num over groups of splits, then
 max, den, num over the groups, normalize (see `_reduce`).
-Loop extents follow the valid rows (data-dependent), so nothing past a lane's sequence is read or computed.
+A chunk processes its valid rows rounded up to whole tiles (`row_tile`), or all `split_len` rows for the split
+stage where `split_len` divides `max_len` (`whole_split`); the extra K rows are masked out of the scores, and
+nothing past the sequence is read from V.
 """
 
 from __future__ import annotations
