@@ -8,7 +8,7 @@
 # sweep:ARGS: a knob sweep (benchmarks/sweep.py ARGS) into OUT_DIR/sweeps.jsonl;
 # swap:ARGS: one launch of the step's plan on the step's buffers and with each swapped for the op benchmark's
 # (benchmarks/swap.py ARGS) into OUT_DIR/swap.jsonl;
-# ncu:OP BATCH [POSITION]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
+# ncu:OP BATCH [POSITION [ARGS]]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
 # Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
 # and execnet to run the GPU tests in H200_TEST_JOBS (default 6) workers;
@@ -71,12 +71,14 @@ for part in "${parts[@]}"; do
         python3 -m benchmarks.swap ${part#swap:} ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} \
             --out "$out/swap.jsonl" >>"$out/swap.log" 2>&1 || status=1
         ;;
-    ncu:*)  # "ncu:OP BATCH [POSITION]": Nsight Compute on OP's kernels at that batch (the op benchmark's shapes)
-        read -r op batch position <<<"${part#ncu:}"
+    ncu:*)  # "ncu:OP BATCH [POSITION [ARGS]]": Nsight Compute on OP's kernels at that batch (the op benchmark's
+        # shapes; ARGS more benchmarks.profile arguments, e.g. --preset qwen3.5-0.8b --max-len 4096)
+        read -r op batch position more <<<"${part#ncu:}"
+        # shellcheck disable=SC2086
         ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
             --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
             python3 -m benchmarks.profile --op "$op" --batch "${batch:-1}" ${position:+--position "$position"} \
-            ${library[@]+"${library[@]}"} >"$out/ncu_${op}_b${batch:-1}.txt" 2>&1 || status=1
+            ${library[@]+"${library[@]}"} ${more:-} >"$out/ncu_${op}_b${batch:-1}.txt" 2>&1 || status=1
         ;;
     *) echo "unknown part $part" >&2; status=2 ;;
     esac

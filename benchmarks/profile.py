@@ -1,9 +1,10 @@
 """One op's kernel launched a few times on the op benchmark's inputs, for Nsight Compute: where its time goes.
 
 ncu --clock-control none --section SpeedOfLight ... python -m benchmarks.profile --op decode_attention_split \
-    [--batch 1] [--position P] [--library build/bench/hand] [--launches 3]
-(`benchmarks/h200.sh OUT "ncu:OP BATCH [POSITION]"` runs it under ncu). Inputs as in `benchmarks.run`: every lane
-active, every sequence at the last cache row unless `--position` says otherwise.
+    [--batch 1] [--position P] [--max-len L] [--library build/bench/hand] [--launches 3]
+(`benchmarks/h200.sh OUT "ncu:OP BATCH [POSITION [ARGS]]"` runs it under ncu). Inputs as in `benchmarks.run`: every
+lane active, every sequence at the last cache row unless `--position` says otherwise; `--max-len` replaces the op
+benchmark's cache rows (a decode step's shape, e.g. 4096).
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", required=True, choices=sorted(OPS))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--position", type=int, help="every lane's position (default: the last cache row)")
+    p.add_argument("--max-len", type=int, help="KV rows per slot (default: the op benchmark's for the batch)")
     p.add_argument("--library", help="build root of prebuilt CUDA modules (default: compile here)")
     p.add_argument("--launches", type=int, default=3)
     args = p.parse_args(argv)
     cfg = op_config(args.preset, args.batch)
+    if args.max_len is not None:
+        cfg = cfg.replace(max_len=args.max_len)
     if args.position is not None and not 0 <= args.position < cfg.max_len:
         p.error(f"--position {args.position} is outside the cache's {cfg.max_len} rows")
     kernel = kernels_for(cfg, [args.op], args.library)[args.op]
