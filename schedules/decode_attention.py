@@ -142,9 +142,9 @@ def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: i
     sch.reorder(pg, dh, tx, to, g, p, v)
     sch.bind(sch.fuse(pg, dh), "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    for loop in (p, g, v):
-        sch.unroll(loop)
-    sch.reorder(p, g)
+    sch.reorder(p, g)  # a V row's vector, read once from global memory, serves the G query heads
+    sch.unroll(p)
+    sch.unroll(g)
     sch.vectorize(v)
     _unroll_rows(sch, to)
     partial = sch.cache_write(rf, 0, "local")
