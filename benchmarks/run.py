@@ -19,7 +19,7 @@ from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
 from gdn_tvm.build.compile import compile_dlight, compile_op
-from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler
+from gdn_tvm.build.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
@@ -153,7 +153,7 @@ def build_compiler(root: str | None, cfg: DecodeConfig) -> str:
             return read_manifest(root, cfg, "cuda")[1].get("cuda_compile", "unknown")
         except ManifestError:
             pass
-    return cuda_compiler(cuda_compile_mode())
+    return cuda_compiler()
 
 
 def schedule_summary(root: str, cfg: DecodeConfig) -> str:

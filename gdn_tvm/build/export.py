@@ -20,7 +20,7 @@ from tvm import tirx
 
 from gdn_tvm.build import cuda_stub
 from gdn_tvm.build.compile import dlight_schedule
-from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler, export_library
+from gdn_tvm.build.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, get, workload_groups
 from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
@@ -121,7 +121,7 @@ def build(
     else:
         export_library(mod, target, library)
         if kind == "cuda":
-            manifest["cuda_compile"] = cuda_compiler(cuda_compile_mode())
+            manifest["cuda_compile"] = cuda_compiler()
     hand = [s.name for s in scheduled if s.source == "hand"]
     manifest["hand_schedules"] = hand
     manifest["functions"] = {

@@ -43,9 +43,10 @@ def cuda_compile_mode() -> str:
     return os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc")
 
 
-def cuda_compiler(mode: str) -> str:
-    """`mode` with its CUDA release, e.g. "nvrtc 13.0": the same kernel source runs at different speeds from
-    different releases (the pinned NVRTC is the one the tuner timed)."""
+def cuda_compiler(mode: str | None = None) -> str:
+    """`mode` (default: this process's, `cuda_compile_mode`) with its CUDA release, e.g. "nvrtc 13.0": the same
+    kernel source runs at different speeds from different releases (the pinned NVRTC is the one the tuner timed)."""
+    mode = mode or cuda_compile_mode()
     if mode == "nvrtc":
         from cuda.bindings import nvrtc
 

@@ -25,7 +25,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.build.compile import compile_func
-from gdn_tvm.build.library import cuda_compile_mode, cuda_compiler
+from gdn_tvm.build.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op, get, workload_groups
 from gdn_tvm.schedules.gemv import MANY_LANES
@@ -190,7 +190,7 @@ class _Tuner:
             "note": note,
         }
         if w.kind == "cuda":  # the same record compiles to other kernels by release (docs/design.md)
-            summary["compiler"] = cuda_compiler(cuda_compile_mode())
+            summary["compiler"] = cuda_compiler()
         records.prune(path, w.kind, chosen)
         records.write_summary(path, summary)
         shutil.rmtree(scratch)
