@@ -115,16 +115,17 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     dev = tvm.cuda(0)
     stack = HybridStack(cfg, kernels, dev, layer_types=types, seed=0)
     stack.capture()
-    x, slots = decode_until(stack, STEP_MAX_LEN // 2)
-    pos = np.full(cfg.batch, STEP_MAX_LEN // 2, np.int32)
+    position = STEP_MAX_LEN // 2
+    x, slots = decode_until(stack, position)
+    pos = np.full(cfg.batch, position, np.int32)
     weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
     eager = time_eager(lambda _: stack.run(), 1)
     graph = time_eager(lambda _: stack.graph.replay(), 1)
     ref = TorchStack(stack)
     tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
-    torch_us = time_eager(lambda _: ref.step(tx, tpos, tslots, STEP_MAX_LEN // 2 + 1), 1)
+    torch_us = time_eager(lambda _: ref.step(tx, tpos, tslots, position + 1), 1)
     floor = weight_bytes / (PEAK_GBPS * 1e3)
-    moved = weight_bytes + state_bytes(stack, STEP_MAX_LEN // 2)
+    moved = weight_bytes + state_bytes(stack, position)
     bytes_floor = moved / (PEAK_GBPS * 1e3)
     row = {
         "what": label, "preset": cfg.model.name, "batch": cfg.batch, "layers": len(types),
