@@ -77,11 +77,26 @@ def _dtype_name(value: object) -> str:
     return str(getattr(value, "dtype", type(value).__name__)).removeprefix("torch.")
 
 
-def _device_of(value: object) -> tuple[int, int]:
+def device_of(value: object) -> tuple[int, int]:
     if hasattr(value, "__dlpack_device__"):
         kind, index = value.__dlpack_device__()
         return int(kind), int(index)
     return 1, 0
+
+
+HOST = (1, 0)  # DLPack (device type, index) of host memory
+
+
+def _device_name(device: tuple[int, int]) -> str:
+    return f"{DEVICE_NAMES.get(device[0], device[0])}:{device[1]}"
+
+
+def check_device(name: str, value: object, allowed: Sequence[tuple[int, int]]) -> None:
+    """Raise `ArgumentError` naming `name` unless `value` is on one of the `allowed` DLPack (type, index) devices."""
+    dev = device_of(value)
+    if dev not in allowed:
+        want = " or ".join(_device_name(d) for d in allowed)
+        raise ArgumentError(f"{name}: expected an array on {want}, got one on {_device_name(dev)}")
 
 
 ALIGNMENT = 16  # bytes: float4 loads on the GPU, aligned vector loads on the CPU
@@ -143,10 +158,8 @@ def check_args(
             raise ArgumentError(f"{a.name}: expected a contiguous array (pass a copy of the view)")
         if address(v) % ALIGNMENT:
             raise ArgumentError(f"{a.name}: data is not {ALIGNMENT}-byte aligned (a sliced view?); pass a copy")
-        dev = _device_of(v)
-        if device is not None and dev != device:
-            want, got = (f"{DEVICE_NAMES.get(d[0], d[0])}:{d[1]}" for d in (device, dev))
-            raise ArgumentError(f"{a.name}: expected an array on {want}, got one on {got}")
+        if device is not None:
+            check_device(a.name, v, (device,))
         if a.role == "index":
             _check_index(a, to_host(v))
         elif a.role == "weight" and check_weights:

@@ -25,6 +25,13 @@ CASES = {
 }
 
 
+class OnCuda(np.ndarray):
+    """A host array that reports itself on cuda:0 through DLPack: what a GPU tensor looks like to the checks."""
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, 0)
+
+
 def pytest_report_header(config):
     return f"gdn_tvm seed: {_SEED} (set GDN_TVM_SEED to replay)"
 

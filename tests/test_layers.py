@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from conftest import CASES, assert_close
+from conftest import CASES, OnCuda, assert_close
 
 from gdn_tvm.build.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
@@ -129,6 +129,11 @@ def test_decode_steps_match_reference(case, types, rng):
 
 BAD_STEPS = {
     "position past the cache": dict(positions=lambda c: np.full(c.batch, c.max_len, np.int32)),
+    "positions dtype": dict(positions=lambda c: np.zeros(c.batch, np.int64)),
+    "fractional positions": dict(positions=lambda c: [1.9] * c.batch),
+    "slots past int32": dict(slots=lambda c: [2**32] * c.batch),
+    "x device": dict(x=lambda c: np.zeros((c.batch, c.model.hidden), np.float32).view(OnCuda)),
+    "slots device": dict(slots=lambda c: np.arange(c.batch, dtype=np.int32).view(OnCuda)),
     "negative position": dict(positions=lambda c: np.full(c.batch, -1, np.int32)),
     "unknown slot": dict(slots=lambda c: np.full(c.batch, c.slots, np.int32)),
     "slot below -1": dict(slots=lambda c: np.full(c.batch, -2, np.int32)),
@@ -154,9 +159,57 @@ def test_rejected_step_leaves_states_untouched(bad, rng):
     ((name, make_bad),) = BAD_STEPS[bad].items()
     with pytest.raises(ArgumentError, match=name if bad != "duplicate slots" else "distinct"):
         stack.step(**(good | {name: make_bad(cfg)}))
+    assert_states_equal(stack, before)
+
+
+def assert_states_equal(stack: HybridStack, expected: list[np.ndarray]) -> None:
     after = [s.numpy() for layer in stack.layers for s in layer.states]
-    for b, a in zip(before, after, strict=True):
+    for b, a in zip(expected, after, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_step_takes_python_int_sequences(rng):
+    """Lists of ints are converted to int32; the step matches the same step given int32 arrays."""
+    stacks = [make_stack("4b-B3", ("attention",), seed=2) for _ in range(2)]
+    x = rng.standard_normal((3, stacks[0].cfg.model.hidden)).astype(np.float32)
+    out_lists = stacks[0].step(x, [4, 0, 7], [2, -1, 0]).numpy()
+    out_arrays = stacks[1].step(x, np.array([4, 0, 7], np.int32), np.array([2, -1, 0], np.int32)).numpy()
+    assert np.array_equal(out_lists[[0, 2]], out_arrays[[0, 2]])
+
+
+@pytest.mark.parametrize("slot", [-1, 4, 1.0, True])
+def test_reset_and_release_reject_a_bad_slot_by_name(slot, rng):
+    stack = make_stack("4b-B3", ("gdn", "attention"), seed=3)
+    x = rng.standard_normal((3, stack.cfg.model.hidden)).astype(np.float32)
+    stack.step(x, np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int32))
+    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    for call in (stack.reset, stack.release):
+        with pytest.raises(ArgumentError, match="slot"):
+            call(slot)
+    assert_states_equal(stack, before)
+
+
+def test_slots_in_use_are_not_handed_out_and_release_zeroes_only_its_slot(rng):
+    """A slot named by a step is in use: `acquire` skips it, releasing a free slot is an error, and `release`
+    zeroes that slot's rows of every state and leaves the other slots' rows bit-identical."""
+    stack = make_stack("4b-B3", ("gdn", "attention"), seed=4)
+    cfg = stack.cfg
+    x = rng.standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
+    for t in range(3):
+        stack.step(x, np.full(cfg.batch, t, np.int32), np.array([1, 3, -1], np.int32))
+    assert stack.acquire() == 0 and stack.acquire() == 2
+    with pytest.raises(RuntimeError, match="in use"):
+        stack.acquire()
+    stack.release(2)  # acquired, never stepped: still all zeros
+    with pytest.raises(ArgumentError, match="slot=2 is not in use"):
+        stack.release(2)
+    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    assert all(np.abs(b[[1, 3]]).max() > 0 for b in before), "the stepped slots hold state"
+    stack.release(3)
+    for b, a in zip(before, [s.numpy() for layer in stack.layers for s in layer.states], strict=True):
+        assert not a[3].any()
+        assert np.array_equal(np.delete(a, 3, axis=0), np.delete(b, 3, axis=0))
+    assert stack.acquire() == 2 and stack.acquire() == 3
 
 
 def test_nan_weight_is_rejected_by_name():

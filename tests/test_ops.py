@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import CASES, check_op_against_reference
+from conftest import CASES, OnCuda, check_op_against_reference
 
 from gdn_tvm.build.compile import compile_op
 from gdn_tvm.reference.activations import sigmoid, silu, softplus
@@ -43,6 +43,7 @@ def _corruptions(args, cfg):
             yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), np.float32), "shape"
             yield a.name, np.zeros(a.shape[:-1] + (2 * a.shape[-1],), np.float32)[..., ::2], "contiguous"
             yield a.name, _misaligned(a.shape), "aligned"
+            yield a.name, np.zeros(a.shape, np.float32).view(OnCuda), "cuda:0"
 
 
 @pytest.mark.parametrize("name", OPS)

@@ -11,7 +11,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import LAYERS, Kernels, StepBuffers, _Layer
 from gdn_tvm.runtime.weights import random_weights
-from gdn_tvm.signature import Arg, check_args
+from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device, device_of, to_host
 
 
 class HybridStack:
@@ -19,7 +19,8 @@ class HybridStack:
 
     step(x [B, hidden], positions [B], slots [B]) validates everything on the host first (a rejected
     step changes no state), writes the step buffers, then replays every layer's launch plan.
-    Slots are handed out by `acquire()` and returned by `release(slot)`, which zeroes their states.
+    Slots are handed out by `acquire()` (or named by a step directly, as an engine with its own slot allocator
+    does) and returned by `release(slot)`, which zeroes their states.
     """
 
     def __init__(
@@ -63,13 +64,20 @@ class HybridStack:
         return self.layers[-1].out
 
     def write_inputs(self, x, positions, slots) -> None:
-        """Check the step's inputs (raising `ArgumentError` naming the bad one) and write them to the device."""
-        positions = np.asarray(positions, dtype=np.int32) if not hasattr(positions, "__dlpack__") else positions
-        slots = np.asarray(slots, dtype=np.int32) if not hasattr(slots, "__dlpack__") else slots
-        check_args(self._inputs, {"x": x, "positions": positions, "slots": slots})
-        self.x.copyfrom(x)
-        self.io.positions.copyfrom(positions)
-        self.io.slots.copyfrom(slots)
+        """Check the step's inputs (raising `ArgumentError` naming the bad one) and write them to the device.
+
+        x: [B, hidden] float32; positions, slots: [B] int32 arrays, or sequences of Python ints. Arrays and tensors
+        (numpy, torch, TVM) may live in host memory or on the stack's device. A slot a step names is in use from
+        then on: `acquire` does not hand it out until it is released."""
+        values = {"x": x, "positions": _int32("positions", positions), "slots": _int32("slots", slots)}
+        allowed = tuple(dict.fromkeys((HOST, (self.device.dlpack_device_type(), self.device.index))))
+        for name, value in values.items():
+            check_device(name, value, allowed)
+        check_args(self._inputs, values)
+        active = {int(s) for s in to_host(values["slots"]) if s >= 0}
+        self._free = [s for s in self._free if s not in active]
+        for buffer, value in zip((self.x, self.io.positions, self.io.slots), values.values(), strict=True):
+            buffer.copyfrom(_staged(value))
 
     def run(self) -> None:
         """Replay every layer's plan on the inputs already written."""
@@ -105,13 +113,41 @@ class HybridStack:
         return self._free.pop(0)
 
     def release(self, slot: int) -> None:
-        """Return `slot` to the pool and zero its states."""
-        if not 0 <= slot < self.cfg.slots or slot in self._free:
-            raise ValueError(f"slot={slot} is not an acquired slot")
+        """Return `slot` (acquired, or named by a step) to the pool and zero its states."""
+        self._check_slot(slot)
+        if slot in self._free:
+            raise ArgumentError(f"slot={slot} is not in use (neither acquired nor named by a step since its release)")
         self.reset(slot)
         self._free.append(slot)
 
     def reset(self, slot: int) -> None:
         """Zero `slot`'s conv/recurrent states and KV rows in every layer."""
+        self._check_slot(slot)
         for layer in self.layers:
             layer.reset_slot(slot)
+
+    def _check_slot(self, slot: int) -> None:
+        if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
+            raise ArgumentError(f"slot: expected an int, got {type(slot).__name__}")
+        if not 0 <= slot < self.cfg.slots:
+            raise ArgumentError(f"slot={slot} is outside [0, {self.cfg.slots})")
+
+
+def _int32(name: str, value):
+    """An index input as `check_args` takes it: arrays and tensors as given (their dtype is checked there), a
+    sequence of Python ints as an int32 array; anything else non-integer is an `ArgumentError` naming `name`."""
+    if hasattr(value, "__dlpack__"):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu":
+        raise ArgumentError(f"{name}: expected int32 values, got {array.dtype} ({array.tolist()})")
+    if array.size and not (np.iinfo(np.int32).min <= array.min() and array.max() <= np.iinfo(np.int32).max):
+        raise ArgumentError(f"{name}: {array.tolist()} do not fit int32")
+    return array.astype(np.int32)
+
+
+def _staged(value):
+    """`value` as `Tensor.copyfrom` takes it: a tensor on a device (torch, any DLPack producer) as a TVM tensor."""
+    if isinstance(value, np.ndarray | tvm.runtime.Tensor) or device_of(value) == HOST:
+        return value
+    return tvm.runtime.from_dlpack(value)
