@@ -1,13 +1,16 @@
-"""MetaSchedule tuning on llvm (a tiny run: small shapes, few trials, a subset of ops), then build from its logs,
-load the exported module and compare every op with its reference; resume, --force, and bad logs."""
+"""MetaSchedule tuning on llvm by `python -m gdn_tvm.tune` (a tiny run: small shapes, few trials, every op), then
+`python -m gdn_tvm.build` from its logs, the exported module loaded and every op compared with its reference;
+resume, --force, stale and bad logs."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +20,19 @@ import tvm_ffi
 from conftest import check_kernel_against_reference
 from tvm.s_tir import meta_schedule as ms
 
-from gdn_tvm.build.export import build
+from gdn_tvm.build.__main__ import main as build_main
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import load
 from gdn_tvm.target import llvm
+from gdn_tvm.tune import main as tune_main
 from gdn_tvm.tuning import driver, measure, records
 from gdn_tvm.tuning.driver import tune, workloads
 from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
 
 CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
+SHAPE_ARGS = ["--target", "llvm", "--preset", "qwen3.5-0.8b", "--max-len", "64"]  # CFG on the command lines
 # Element-wise; a scalar `pos` (specialised for tuning, replayed on the general function); slots with an in-place
 # state; two ops sharing one workload (deduplicated).
 TUNE_OPS = ("sigmoid_gate", "partial_neox_rope", "causal_conv1d_silu", "gemv_in_proj_b", "gemv_in_proj_a")
@@ -40,7 +45,8 @@ def quiet(_line: str) -> None:
 
 @pytest.fixture(scope="session")
 def tuned_logs(tmp_path_factory) -> Path:
-    """The tiny tuning run, done once per test session: the first xdist worker tunes under a file lock.
+    """`python -m gdn_tvm.tune` of every op at CFG, TRIALS trials each (about a minute on 2 cores), done once per test
+    session: the first xdist worker tunes under a file lock; its output is kept in `tune.out`.
 
     Only this run searches (MetaSchedule's first TuneContext costs ~15 s of TVMScript parsing per process);
     the other tests re-measure the hand schedule at most (trials=0)."""
@@ -50,21 +56,32 @@ def tuned_logs(tmp_path_factory) -> Path:
     with open(shared / "tuned_logs.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (root / "done").exists():
-            tune(CFG, llvm(), TUNE_OPS, root, trials=TRIALS, echo=quiet)
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            handler = signal.getsignal(signal.SIGINT)  # the command line sets its own
+            with open(root / "tune.out", "w") as out, contextlib.redirect_stdout(out):
+                status = tune_main([*SHAPE_ARGS, "--trials", str(TRIALS), "--work-dir", str(root)])
+            signal.signal(signal.SIGINT, handler)
+            assert status == 0, (root / "tune.out").read_text()
             (root / "done").touch()
     return root
 
 
-def test_logs_are_pruned_to_the_best_record(tuned_logs):
-    keys = {w.key for w, _ in workloads(CFG, "llvm", TUNE_OPS)}
-    assert len(keys) == len(TUNE_OPS) - 1  # the two gemvs share a workload
-    for key in keys:
-        folder = tuned_logs / key
+def test_tune_command_tunes_every_op_and_prunes_to_the_best_record(tuned_logs):
+    """A line per workload as it finishes and the final table; every workload's log pruned to one record no slower
+    than the hand schedule."""
+    groups = workloads(CFG, "llvm", list(OPS))
+    printed = (tuned_logs / "tune.out").read_text().splitlines()
+    assert printed[0].startswith(f"tuning {len(groups)} workloads ({len(OPS)} ops) of {CFG.key} for llvm")
+    for w, _ in groups:
+        assert any(line.startswith(f"{w.key} [") for line in printed), f"no progress line for {w.key}"
+        folder = tuned_logs / w.key
         assert sorted(p.name for p in folder.iterdir()) == sorted([records.PACKED, records.RECORDS, records.SUMMARY])
         assert len((folder / records.RECORDS).read_text().splitlines()) == 1
         summary = json.loads((folder / records.SUMMARY).read_text())
-        assert summary["best_us"] <= summary["hand_us"], f"{key}: tuned is slower than the hand schedule"
+        assert summary["best_us"] <= summary["hand_us"], f"{w.key}: tuned is slower than the hand schedule"
         assert summary["timing"] == "eager"  # llvm; CUDA candidates are timed as graph replays
+    assert printed[-2].startswith("total") and printed[-1].startswith("done in")
 
 
 def test_rerun_reports_recorded_workloads(tuned_logs):
@@ -115,15 +132,28 @@ def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
     assert (folder / records.RECORDS).exists() and not (folder / records.SCRATCH).exists()
 
 
-def test_build_from_tuned_logs_matches_reference(tuned_logs, tmp_path, rng):
-    manifest = build(CFG, llvm(), tuned_logs, tmp_path, names=TUNE_OPS, echo=quiet)
-    functions = json.loads(manifest.read_text())["functions"]
-    assert {f["schedule"] for f in functions.values()} == {"tuned"}
+def test_build_command_from_tuned_logs_matches_reference_for_every_op(tuned_logs, tmp_path, rng):
+    """`python -m gdn_tvm.build`, strict: every op from its record; the exported module loaded with the runtime and
+    each function compared with its reference."""
+    assert build_main([*SHAPE_ARGS, "--work-dir", str(tuned_logs), "--out", str(tmp_path)]) == 0
+    manifest = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())
+    functions = manifest["functions"]
+    assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
     assert functions["gemv_in_proj_b"]["record"] == functions["gemv_in_proj_a"]["record"]
     kernels = load(tmp_path, CFG, "llvm")
-    assert sorted(kernels) == sorted(TUNE_OPS)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], CFG, kernel, rng)
+
+
+def test_commands_report_a_missing_record_and_an_unknown_op(tmp_path, capsys):
+    assert build_main([*SHAPE_ARGS, "--work-dir", str(tmp_path), "--out", str(tmp_path / "build")]) == 1
+    assert (
+        f"error: {len(workloads(CFG, 'llvm', list(OPS)))} workload(s) without a tuning record"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        tune_main([*SHAPE_ARGS, "--ops", "sigmoid_gate,no_such_op", "--work-dir", str(tmp_path)])
+    assert "unknown ops ['no_such_op']" in capsys.readouterr().err
 
 
 def _written_log(root: Path, record_line: str):
@@ -146,6 +176,19 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
     (folder / records.PACKED).write_text("not xz")
     with pytest.raises(records.TuningLogError, match=f"{folder / records.PACKED}: not an xz file"):
         records.lookup(tmp_path, w)
+
+
+def test_a_log_of_an_earlier_definition_is_replaced_and_said(tuned_logs, tmp_path):
+    """A log whose workload table holds another definition (the op changed since it was tuned): `make build` names
+    the file and says to re-tune; the tuner tunes afresh and says it replaced the log."""
+    w = workload(OPS["sigmoid_gate"], CFG, "llvm")
+    other = workload(OPS["partial_neox_rope"], CFG, "llvm")
+    shutil.copytree(tuned_logs / other.key, tmp_path / w.key)
+    with pytest.raises(records.MissingRecordError, match=f"{tmp_path / w.key / records.PACKED} holds another"):
+        records.lookup(tmp_path, w)
+    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=0, echo=quiet)
+    assert result.status == "tuned" and "replaced the log of an earlier definition of sigmoid_gate" in result.note
+    assert records.lookup(tmp_path, w).record is not None
 
 
 def test_foreign_log_is_an_error_naming_the_file(tmp_path):

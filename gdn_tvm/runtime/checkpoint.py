@@ -8,13 +8,14 @@ four GDN projections in `[q | k | v]` channel order. The head mapping is "groupe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Qwen checkpoints)
 import numpy as np
 
-from gdn_tvm.config import ModelConfig
+from gdn_tvm.config import PRESETS, ModelConfig
 from gdn_tvm.runtime.weights import SHAPES
 from gdn_tvm.signature import ArgumentError
 
@@ -22,9 +23,13 @@ PREFIXES = ("model.language_model.layers.", "model.layers.")
 
 
 def model_config(config: dict, name: str) -> ModelConfig:
-    """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`)."""
+    """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`), named after the preset
+    of the same sizes if there is one (so `make build --preset` modules load for it), else `name`."""
     c = config.get("text_config", config)
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    for key in ("rope_theta", "partial_rotary_factor"):  # no default: HF's differs between model classes
+        if key not in rope and key not in c:
+            raise ArgumentError(f"config.json: missing field {key!r} (top level or in rope_parameters)")
     try:
         m = ModelConfig(
             name=name,
@@ -38,8 +43,8 @@ def model_config(config: dict, name: str) -> ModelConfig:
             head_v_dim=c["linear_value_head_dim"],
             conv_kernel=c["linear_conv_kernel_dim"],
             head_dim=c["head_dim"],
-            partial_rotary_factor=rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25)),
-            rope_theta=float(rope.get("rope_theta", c.get("rope_theta", 1e7))),
+            partial_rotary_factor=rope.get("partial_rotary_factor", c.get("partial_rotary_factor")),
+            rope_theta=float(rope.get("rope_theta", c.get("rope_theta"))),
             rms_norm_eps=c.get("rms_norm_eps", 1e-6),
             full_attention_interval=c.get("full_attention_interval", 4),
         )
@@ -50,7 +55,7 @@ def model_config(config: dict, name: str) -> ModelConfig:
         ours = tuple("attention" if t == "full_attention" else "gdn" for t in types)
         if ours != m.layer_types:
             raise ArgumentError(f"config.json: layer_types {types} do not follow full_attention_interval")
-    return m
+    return next((p for p in PRESETS.values() if dataclasses.replace(p, name=name) == m), m)
 
 
 class _Tensors:

@@ -143,11 +143,15 @@ class _Tuner:
         """Tune `w` (or report its record); resumes from the scratch database an interrupted run left."""
         path = records.folder(self.root, w)
         scratch = path / records.SCRATCH
+        stale = ""
+        if records.has_log(path) and records.best(records.open_db(path, w.kind), w) is None:
+            stale = f"replaced the log of an earlier definition of {w.op.name}"  # the op changed since tuning
+            records.drop(path)
+            if scratch.exists() and records.best(records.open_db(scratch, w.kind), w) is None:
+                shutil.rmtree(scratch)
         resuming = scratch.exists()
         if records.has_log(path):
-            if records.best(records.open_db(path, w.kind), w) is None:  # stale: the op changed since tuning
-                shutil.rmtree(path)
-            elif not (self.force or resuming):
+            if not (self.force or resuming):
                 s = records.read_summary(path)
                 return Result(
                     w.key, ops, "cached", s["trials"], s["best_us"], s["hand_us"], s["hand_designs"], s["note"]
@@ -168,8 +172,8 @@ class _Tuner:
             raise RuntimeError(f"{w.op.name}: the hand schedule fails to build or run on {w.kind}:\n{hand_secs}")
         note = self._search(w, db, trials - max(searched, 0), str(scratch)) if trials else ""
         chosen, rejected = self._verified(w, db)
-        if rejected:
-            note = "; ".join(filter(None, [note, f"{len(rejected)} faster record(s) rejected: {rejected[0]}"]))
+        rejection = f"{len(rejected)} faster record(s) rejected: {rejected[0]}" if rejected else ""
+        note = "; ".join(filter(None, [stale, note, rejection]))
         result = Result(
             w.key,
             ops,

@@ -148,7 +148,7 @@ def lookup(root: str | Path, w: Workload) -> Found:
     record = best(open_db(path, w.kind), w)
     if record is None:
         raise MissingRecordError(
-            f"no tuning record for workload {w.key} (op {w.op.name}): {path / WORKLOADS} holds another "
+            f"no tuning record for workload {w.key} (op {w.op.name}): {path / _packed_name(path)} holds another "
             "definition (the op changed since it was tuned; re-tune it with --force)"
         )
     return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16])
@@ -169,8 +169,7 @@ def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Sc
 
 def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
     """Replace the log in `path` by `record`, its workload table packed."""
-    for name in (WORKLOADS, RECORDS, PACKED):
-        (path / name).unlink(missing_ok=True)
+    drop(path)
     out = _open_json(path, kind, create=True, shown=path)
     out.commit_tuning_record(
         ms.database.TuningRecord(
@@ -179,6 +178,12 @@ def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
     )
     (path / PACKED).write_bytes(lzma.compress((path / WORKLOADS).read_bytes(), preset=9))
     (path / WORKLOADS).unlink()
+
+
+def drop(path: Path) -> None:
+    """Delete the pruned log in `path` (records, workload table, summary); a scratch database stays."""
+    for name in (WORKLOADS, RECORDS, PACKED, SUMMARY):
+        (path / name).unlink(missing_ok=True)
 
 
 def seed_scratch(path: Path) -> None:
@@ -200,4 +205,4 @@ def read_summary(path: Path) -> dict:
     try:
         return json.loads((path / SUMMARY).read_text())
     except (OSError, ValueError) as err:
-        raise TuningLogError(f"{path / SUMMARY}: unreadable: {err}") from None
+        raise TuningLogError(f"{path / SUMMARY}: unreadable ({err}); re-tune the workload with --force") from None
