@@ -4,7 +4,7 @@ STAMP   := .venv/.installed
 PYTEST  := $(PY) -m pytest
 JOBS    ?= 2
 
-.PHONY: help install tune build test test-gpu bench bench-prebuild lint format clean
+.PHONY: help install tune build test test-gpu bench report bench-prebuild lint format clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -29,9 +29,17 @@ test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped
 test-gpu: $(STAMP)  ## the GPU tests only (marker gpu), on the H200 machine
 	$(PYTEST) -q -m gpu
 
-bench: $(STAMP)  ## GPU benchmarks (ops, decode steps) -> benchmarks/results/*.json and docs/benchmarks.md
-	$(PY) -m benchmarks.run
-	$(PY) -m benchmarks.steps
+RESULTS  ?= build/results
+PREBUILT  = $(if $(wildcard build/bench/hand),--library build/bench/hand) $(if $(wildcard build/bench/tuned),--tuned build/bench/tuned)
+DLIGHT    = $(if $(wildcard build/bench/dlight),--dlight-library build/bench/dlight,--dlight)
+
+bench: $(STAMP)  ## GPU benchmarks (ops, decode steps; `make bench-prebuild` modules where built) -> build/results/ (JSON, tables)
+	mkdir -p $(RESULTS)
+	$(PY) -m benchmarks.run $(PREBUILT) $(DLIGHT) --out $(RESULTS)/ops.json
+	$(PY) -m benchmarks.steps $(PREBUILT) --out $(RESULTS)/steps.json
+	$(PY) -m benchmarks.report --results $(RESULTS) --doc $(RESULTS)/benchmarks.md
+
+report: $(STAMP)  ## docs/benchmarks.md and docs/roofline.png from the committed H200 runs in benchmarks/results/
 	$(PY) -m benchmarks.report
 
 bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules (hand; tuned where logs exist) here (pinned NVRTC) into .device/bench.tar.xz

@@ -11,7 +11,7 @@ import tvm
 from gdn_tvm.config import STACKED, DecodeConfig, preset
 from gdn_tvm.runtime.layers import kernel_names, stacks_projections
 from gdn_tvm.runtime.views import row_view
-from gdn_tvm.runtime.weights import random_weights, stack, unstack
+from gdn_tvm.runtime.weights import random_weights, unstack, upload
 from gdn_tvm.signature import ArgumentError
 
 
@@ -34,15 +34,27 @@ def test_row_view_rejects_a_range_outside_or_misaligned(start, shape, match):
         row_view(base, start, shape)
 
 
-def test_stack_and_unstack_are_inverse(rng):
+@pytest.mark.parametrize("kind", ["numpy", "torch", "tvm"])
+def test_upload_stacks_on_the_device_and_unstack_inverts_it(rng, kind):
+    """Each part's rows land in the stacked tensor from wherever they live; the other weights are shared."""
     m = preset("qwen3.5-0.8b")
     w = random_weights(m, "attention", rng)
-    stacked = stack(w, "qkv_proj")
+    given = {n: _as(kind, a) for n, a in w.items()}
+    stacked = upload(given, tvm.cpu(), "qkv_proj")
     assert set(stacked) == set(w) - set(STACKED["qkv_proj"]) | {"qkv_proj"}
     assert stacked["qkv_proj"].shape == m.projections["qkv_proj"]
-    back = unstack(m, stacked)
+    np.testing.assert_array_equal(stacked["qkv_proj"].numpy(), np.concatenate([w[p] for p in STACKED["qkv_proj"]]))
+    back = unstack(m, {n: t.numpy() for n, t in stacked.items()})
     for name in w:
         np.testing.assert_array_equal(back[name], w[name])
+
+
+def _as(kind: str, a: np.ndarray):
+    if kind == "torch":
+        import torch
+
+        return torch.from_numpy(a)
+    return tvm.runtime.tensor(a) if kind == "tvm" else a
 
 
 def test_every_preset_stacks_its_projections_at_b1_only():

@@ -26,7 +26,7 @@ import tvm
 from gdn_tvm.config import STACKED, DecodeConfig
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.runtime.views import ALIGN, row_view
-from gdn_tvm.runtime.weights import check_weights, stack, upload
+from gdn_tvm.runtime.weights import check_weights, upload
 from gdn_tvm.signature import ArgumentError, bind, check_args
 
 Kernels = Mapping[str, Kernel]
@@ -69,7 +69,7 @@ class _Layer:
         self.x = x
         self.out = tvm.runtime.empty((cfg.batch, cfg.model.hidden), "float32", self.device)
         self.stacks = stacks_projections(cfg, self.stacked)
-        self.weights = upload(stack(weights, self.stacked) if self.stacks else weights, self.device)
+        self.weights = upload(weights, self.device, self.stacked if self.stacks else "")
         self.plan: list[tuple[Callable, list]] = []
         self.launched: list[str] = []  # the plan's kernel names, in order
         self.states: list[tvm.runtime.Tensor] = []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
+from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, is_contiguous, to_host
 
 
@@ -71,21 +74,13 @@ def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
             raise ArgumentError(f"weight {name}: expected shape {shape}, got {tuple(w.shape)}")
         if str(w.dtype).removeprefix("torch.") != "float32":
             raise ArgumentError(f"weight {name}: expected float32, got {w.dtype}")
-        if not np.isfinite(to_host(w)).all():
+        finite = bool(w.isfinite().all()) if hasattr(w, "isfinite") else np.isfinite(to_host(w)).all()  # torch: there
+        if not finite:
             raise ArgumentError(f"weight {name}: holds NaN or inf")
 
 
-def stack(weights: dict, name: str) -> dict:
-    """`weights` with the projections of `STACKED[name]` replaced by `name`, their row-wise concatenation (a host
-    array: uploading it is the one copy)."""
-    parts = STACKED[name]
-    out = {k: w for k, w in weights.items() if k not in parts}
-    out[name] = np.concatenate([to_host(weights[p]) for p in parts])
-    return out
-
-
 def unstack(m: ModelConfig, weights: dict) -> dict:
-    """The inverse of `stack`: each stacked projection split back into its parts (row slices of numpy or torch
+    """The inverse of `upload(stacked=...)`: each stacked projection split back into its parts (row slices of numpy or torch
     arrays, no copy), so a layer's `weights` read by checkpoint names."""
     out = dict(weights)
     for name, parts in STACKED.items():
@@ -97,16 +92,39 @@ def unstack(m: ModelConfig, weights: dict) -> dict:
     return out
 
 
-def upload(weights: dict, device: tvm.runtime.Device) -> dict[str, tvm.runtime.Tensor]:
+def upload(weights: dict, device: tvm.runtime.Device, stacked: str = "") -> dict[str, tvm.runtime.Tensor]:
     """Weights as tensors on `device`: arrays already there (numpy on the CPU, torch on the GPU, TVM tensors) are
-    shared through DLPack without a copy when contiguous and 64-byte aligned; the rest are copied."""
-    return {name: _on_device(w, device) for name, w in weights.items()}
+    shared through DLPack without a copy when contiguous and 64-byte aligned; the rest are copied. With `stacked`
+    (a `STACKED` name), its projections become one tensor of that name, each part's rows copied once into it from
+    wherever the part lives (device to device for a GPU tensor)."""
+    parts = STACKED.get(stacked, ())
+    out = {name: _on_device(w, device) for name, w in weights.items() if name not in parts}
+    if parts:
+        shapes = [tuple(weights[p].shape) for p in parts]
+        whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), "float32", device)
+        start = 0
+        for part, shape in zip(parts, shapes, strict=True):
+            w = weights[part]
+            source = _on_device(w, device) if _lives_on(w, device) else np.ascontiguousarray(to_host(w))
+            row_view(whole, start, shape).copyfrom(source)
+            start += math.prod(shape)
+        out[stacked] = whole
+    return out
+
+
+def _lives_on(w, device: tvm.runtime.Device) -> bool:
+    if isinstance(w, tvm.runtime.Tensor):
+        return w.device == device
+    return hasattr(w, "__dlpack_device__") and tuple(w.__dlpack_device__()) == _key(device)
+
+
+def _key(device: tvm.runtime.Device) -> tuple[int, int]:
+    return device.dlpack_device_type(), device.index
 
 
 def _on_device(w, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
     if isinstance(w, tvm.runtime.Tensor) and w.device == device:
         return w
-    here = (device.dlpack_device_type(), device.index)
-    if hasattr(w, "__dlpack__") and tuple(w.__dlpack_device__()) == here and is_contiguous(w) and address(w) % 64 == 0:
+    if _lives_on(w, device) and is_contiguous(w) and address(w) % 64 == 0:
         return tvm.runtime.from_dlpack(w)
     return tvm.runtime.tensor(np.ascontiguousarray(to_host(w)), device)
