@@ -61,10 +61,11 @@ def flop_bound(op: Op, cfg: DecodeConfig) -> bool:
 
 
 BUDGETS = {
-    # 2-core CPU: the ~22 workloads of a preset x (hand + 8 candidates) in about two minutes.
+    # 2-core CPU: the 28 workloads of the default preset x (the knob grid + 8 candidates) in about two minutes.
     "llvm": Budget(8, 8, 64, ms.runner.EvaluatorConfig(number=10, repeat=3, min_repeat_ms=5)),
     # H200: the knob grid plus one search round of 16 candidates per workload, built in parallel, measured in
-    # turn: 11-80 s a workload graph-timed, 7-8 minutes a preset's 21-22 (one preset per GPU). --trials: deeper.
+    # turn: 3-82 s a workload graph-timed, 4-6.5 minutes a preset before the fused GEMVs and 1-2 more with them (one
+    # preset per GPU; benchmarks/results/h200_tune.log). --trials: deeper.
     "cuda": Budget(16, 16, 256, ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=10), graph=True, deep=4),
 }
 
