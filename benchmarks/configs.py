@@ -6,7 +6,7 @@ from gdn_tvm.config import DecodeConfig, preset
 
 OP_PRESET = "qwen3.5-4b"
 OP_BATCHES = (1, 32, 256)
-DELTA_BATCHES = (8, 128)  # the delta rule's other target batches: `--batches 8 128 --ops delta_rule,delta_rule_fused`
+DELTA_BATCHES = (8, 128)  # the delta rule's other target batches: `--batches 8 128 --ops delta_rule delta_rule_fused`
 OP_MAX_LEN = {1: 32768, 8: 8192, 32: 4096, 128: 1024, 256: 1024}  # KV rows per slot, by batch
 STEP_PRESETS = ("qwen3.5-0.8b", "qwen3.5-4b")
 STEP_BATCHES = (1, 32)

@@ -1,4 +1,5 @@
-"""Prebuild the CUDA modules the GPU benchmarks load, on any machine with nvcc (no GPU needed).
+"""Prebuild the CUDA modules the GPU benchmarks load, on any machine with the CUDA headers (the
+pinned NVRTC compiles through a stub driver: no GPU needed).
 
 python -m benchmarks.prebuild [--out build/bench]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the

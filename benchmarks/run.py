@@ -99,7 +99,8 @@ def time_kernel(kernel: Kernel, value_sets: list[dict]) -> float:
 
 def kernels_for(cfg: DecodeConfig, names: list[str], library: str | None) -> dict[str, Kernel]:
     """Hand-scheduled kernels compiled here, or loaded from a prebuilt library (`python -m gdn_tvm.build --target
-    cuda --allow-hand ... --out DIR` on any machine with nvcc: no compile time on the GPU machine)."""
+    cuda --allow-hand ... --out DIR` on any machine with the CUDA headers, by the pinned NVRTC: no compile time on the
+    GPU machine)."""
     if library is None:
         return {name: compile_op(OPS[name], cfg, cuda()) for name in names}
     kernels = load(library, cfg, "cuda")
