@@ -77,14 +77,15 @@ def _dtype_name(value: object) -> str:
     return str(getattr(value, "dtype", type(value).__name__)).removeprefix("torch.")
 
 
+HOST = (1, 0)  # DLPack (device type, index) of host memory
+
+
 def device_of(value: object) -> tuple[int, int]:
+    """DLPack (device type, index) of an array or tensor; host memory for anything without one."""
     if hasattr(value, "__dlpack_device__"):
         kind, index = value.__dlpack_device__()
         return int(kind), int(index)
-    return 1, 0
-
-
-HOST = (1, 0)  # DLPack (device type, index) of host memory
+    return HOST
 
 
 def _device_name(device: tuple[int, int]) -> str:

@@ -9,7 +9,7 @@ import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
 from gdn_tvm.runtime.views import row_view
-from gdn_tvm.signature import ArgumentError, address, is_contiguous, to_host
+from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
 
 
 def gdn_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -80,8 +80,8 @@ def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
 
 
 def unstack(m: ModelConfig, weights: dict) -> dict:
-    """The inverse of `upload(stacked=...)`: each stacked projection split back into its parts (row slices of numpy or torch
-    arrays, no copy), so a layer's `weights` read by checkpoint names."""
+    """The inverse of `upload(stacked=...)`: each stacked projection split back into its parts (row slices of numpy
+    or torch arrays, no copy), so a layer's `weights` read by checkpoint names."""
     out = dict(weights)
     for name, parts in STACKED.items():
         if name in out:
@@ -115,11 +115,7 @@ def upload(weights: dict, device: tvm.runtime.Device, stacked: str = "") -> dict
 def _lives_on(w, device: tvm.runtime.Device) -> bool:
     if isinstance(w, tvm.runtime.Tensor):
         return w.device == device
-    return hasattr(w, "__dlpack_device__") and tuple(w.__dlpack_device__()) == _key(device)
-
-
-def _key(device: tvm.runtime.Device) -> tuple[int, int]:
-    return device.dlpack_device_type(), device.index
+    return hasattr(w, "__dlpack_device__") and device_of(w) == (device.dlpack_device_type(), device.index)
 
 
 def _on_device(w, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
