@@ -1,0 +1,114 @@
+"""Every op's CUDA hand schedule run on the CPU (`cuda_emu`: the generated CUDA C++ under a shim, block threads as
+fibers in lockstep at barriers and shuffles) against its float64 reference, so the GPU kernels' numerics are checked
+without a GPU; and wrong kernels fail the same check."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+from conftest import CASES, check_kernel_against_reference
+from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
+
+from gdn_tvm.registry import OPS
+from gdn_tvm.verify import check_kernel
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the emulated kernels)")
+
+# Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), and the ops whose reference takes
+# the head mapping at the tiled one too.
+EMULATED = [(name, case) for case in ("0.8b-B1", "4b-B3") for name in OPS] + [
+    (name, "4b-B1-tiled") for name, op in OPS.items() if "head_mapping" in op.ref_params
+]
+
+
+@pytest.mark.parametrize(("name", "case"), EMULATED)
+def test_cuda_kernel_matches_reference(name, case, rng):
+    op, cfg = OPS[name], CASES[case]
+    try:
+        kernel = emulated(op, cfg, *lower(op, cfg))
+    except NotEmulated as why:
+        pytest.skip(f"{name}: not emulated: {why}")
+    check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+def _edit(old: str, new: str):
+    """A break: the first `old` of the source replaced by `new`."""
+    return lambda source, launches: (source.replace(old, new, 1), launches)
+
+
+def _half_grid(source, launches):
+    return source, [dataclasses.replace(x, grid=(x.grid[0] // 2, *x.grid[1:])) for x in launches]
+
+
+# A GEMV of 256 threads a row (a shuffle tree a warp, the warps' sums staged in shared memory behind a barrier, a
+# shuffle tree over them), broken, and what the reference check reports.
+WRONG = {
+    "shuffle-offset": (_edit("red_buf0_ptr[0], 1, 32)", "red_buf0_ptr[0], 2, 32)"), "relative L-inf error"),
+    "no-barrier": (_edit("__syncthreads();", ""), "relative L-inf error"),  # staged sums read before written
+    "half-grid": (_half_grid, "unwritten"),
+}
+# Broken so that a GPU would hang or leave it undefined: the launch stops with the reason.
+STOPPED = {
+    "divergent-barrier": (_edit("__syncthreads();", "if (threadIdx.x < 32) __syncthreads();"), "divergent code"),
+    "early-exit": (
+        _edit("y_rf_local_ptr[0] = 0", "if (threadIdx.x >= 32) return;\n  y_rf_local_ptr[0] = 0"),
+        "deadlock",
+    ),
+}
+
+
+def _broken(break_, rng):
+    """`gemv_in_proj_b` at 0.8b B=1 (16 rows) broken by `break_`, checked against its reference."""
+    op, cfg = OPS["gemv_in_proj_b"], CASES["0.8b-B1"]
+    source, launches = lower(op, cfg)
+    broken = break_(source, launches)
+    assert broken != (source, launches), "the break changed nothing"
+    return check_kernel(op, cfg, emulated(op, cfg, *broken), rng)
+
+
+@pytest.mark.parametrize("case", WRONG)
+def test_wrong_kernel_fails_the_check(case, rng):
+    break_, expect = WRONG[case]
+    failed = _broken(break_, rng)
+    assert len(failed) == 1 and expect in failed[0], failed
+
+
+@pytest.mark.parametrize("case", STOPPED)
+def test_undefined_kernel_stops_with_the_reason(case, rng):
+    break_, expect = STOPPED[case]
+    with pytest.raises(RuntimeError, match=expect):
+        _broken(break_, rng)
+
+
+SHUFFLES = """#include <cuda.h>
+extern "C" __global__ void __launch_bounds__(64) shuffles(int* out) {
+  int t = threadIdx.x, v = t * t, sum = v;
+  out[t] = __shfl_sync(__activemask(), v, 21, 16);
+  out[64 + t] = __shfl_down_sync(__activemask(), v, 3, 8);
+  out[128 + t] = __shfl_up_sync(__activemask(), v, 3, 8);
+  out[192 + t] = __shfl_xor_sync(__activemask(), v, 9, 16);
+  for (int m = 16; m >= 1; m /= 2) sum += __shfl_xor_sync(__activemask(), sum, m, 32);
+  out[256 + t] = sum;
+}
+"""
+
+
+def test_shuffles_follow_cuda_lane_arithmetic():
+    """Two warps: each shuffle reads within the caller's warp and `width`-wide segment (a source past the segment:
+    the lane's own value; `__shfl_sync`'s source lane taken modulo the width), and a butterfly of shuffles sums the
+    warp in every lane (consecutive shuffles in lockstep)."""
+    out = np.full(5 * 64, -1, np.int32)
+    launcher(SHUFFLES, [Launch("shuffles", (0,), (1, 1, 1), (64, 1, 1))])(out)
+    t = np.arange(64)
+    v, lane, warp = t * t, t % 32, t - t % 32
+    expect = [
+        v[t - t % 16 + 21 % 16],
+        v[np.where(t % 8 + 3 < 8, t + 3, t)],
+        v[np.where(t % 8 >= 3, t - 3, t)],
+        v[np.where((lane ^ 9) < lane - lane % 16 + 16, warp + (lane ^ 9), t)],
+        np.repeat([v[:32].sum(), v[32:].sum()], 32),
+    ]
+    np.testing.assert_array_equal(out.reshape(5, 64), expect)
