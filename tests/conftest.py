@@ -62,6 +62,15 @@ def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
     assert not failed, "; ".join(failed)
 
 
+# The shapes whose every workload has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
+COMMITTED_CUDA_LOGS = {
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
+    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
+    "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
+    "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32),
+}
+
+
 def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
     """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
     ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, cuda())

@@ -1,6 +1,7 @@
 """TVM's CUDA kernels run on the CPU, so tests without a GPU check their numerics against the references.
 
-`lower` compiles an op's CUDA hand schedule as the build does and returns its CUDA source with its launches, read
+`lower` compiles a scheduled op (a hand schedule or a tuning record's) as the build does and returns its CUDA source
+with its launches, read
 from the host function TVM's `SplitHostDevice` leaves (kernel names in launch order, which `main` parameter each
 kernel argument is, grid and block extents). `launcher` compiles that source with `cuda_emu.h` (a CUDA shim whose
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
@@ -22,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
-from conftest import cuda_source
 from tvm import tirx
 
+from gdn_tvm.build.compile import compile_mod
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.signature import HOST, address
+from gdn_tvm.target import cuda
 
 SHIM = Path(__file__).with_name("cuda_emu.h")
 CACHE = Path(tempfile.gettempdir()) / f"gdn_tvm-cuda-emu-{os.getuid()}"
@@ -65,12 +67,14 @@ class _AfterSplit:
             self.mod = mod
 
 
-def lower(op: Op, cfg: DecodeConfig, **knobs) -> tuple[str, list[Launch]]:
-    """`op`'s CUDA hand schedule at `cfg` with `knobs`: its CUDA source and its launches in the host's order."""
+def lower(mod: tvm.IRModule) -> tuple[str, list[Launch]]:
+    """A scheduled module (`main`) compiled for CUDA as the build compiles it: its CUDA source and its launches in
+    the host's order."""
     split = _AfterSplit()
     with tvm.transform.PassContext(instruments=[split]):
-        source = cuda_source(op.name, cfg, **knobs)
-    return source, _launches(split.mod["main"])
+        executable = compile_mod(mod, cuda())
+    (device,) = [m for m in executable.mod.imports if m.kind == "cuda"]
+    return device.inspect_source("cuda"), _launches(split.mod["main"])
 
 
 def _launches(main: tirx.PrimFunc) -> list[Launch]:

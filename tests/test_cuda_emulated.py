@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CASES, check_kernel_against_reference
+import tvm
+from conftest import CASES, COMMITTED_CUDA_LOGS, check_kernel_against_reference
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
+from gdn_tvm.build.export import schedule_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.verify import check_kernel
 
+REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the emulated kernels)")
 
 # Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), and the ops whose reference takes
@@ -28,9 +32,20 @@ EMULATED = [(name, case) for case in ("0.8b-B1", "4b-B3") for name in OPS] + [
 def test_cuda_kernel_matches_reference(name, case, rng):
     op, cfg = OPS[name], CASES[case]
     try:
-        kernel = emulated(op, cfg, *lower(op, cfg))
+        kernel = emulated(op, cfg, *lower(op.schedule(cfg, "cuda").mod))
     except NotEmulated as why:
         pytest.skip(f"{name}: not emulated: {why}")
+    check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+@pytest.mark.parametrize("case", ["0.8b-B1", "4b-B1-32k"])  # the B=32 shapes pass too, in 2 and 4 minutes more
+@pytest.mark.parametrize("name", OPS)
+def test_committed_h200_record_kernel_matches_reference(name, case, rng):
+    """The kernel `make build` makes of the committed H200 record, at the record's own shape, against the
+    reference: what the GPU test of the committed logs checks, here in CI."""
+    op, cfg = OPS[name], COMMITTED_CUDA_LOGS[case]
+    (scheduled,) = schedule_ops(cfg, "cuda", REPO / "tuning_logs", [name], allow_hand=False)
+    kernel = emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func})))
     check_kernel_against_reference(op, cfg, kernel, rng)
 
 
@@ -63,7 +78,7 @@ STOPPED = {
 def _broken(break_, rng):
     """`gemv_in_proj_b` at 0.8b B=1 (16 rows) broken by `break_`, checked against its reference."""
     op, cfg = OPS["gemv_in_proj_b"], CASES["0.8b-B1"]
-    source, launches = lower(op, cfg)
+    source, launches = lower(op.schedule(cfg, "cuda").mod)
     broken = break_(source, launches)
     assert broken != (source, launches), "the break changed nothing"
     return check_kernel(op, cfg, emulated(op, cfg, *broken), rng)

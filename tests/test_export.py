@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from conftest import check_kernel_against_reference
+from conftest import COMMITTED_CUDA_LOGS, check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.build.export import build, dlight_ops, schedule_ops
@@ -145,15 +145,6 @@ def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
     mod = tvm.IRModule({"sigmoid_gate": OPS["sigmoid_gate"].schedule(CFG, "cuda").mod["main"]})
     with pytest.raises(RuntimeError, match="source, not compiled device code"):
         export_library(mod, cuda(), tmp_path / "ops.so")
-
-
-# The shapes whose every workload has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
-COMMITTED_CUDA_LOGS = {
-    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
-    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
-    "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
-    "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32),
-}
 
 
 @pytest.mark.parametrize("case", list(COMMITTED_CUDA_LOGS))
