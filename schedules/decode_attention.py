@@ -178,13 +178,16 @@ def cuda(
     shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
     instead of 2; default 8 for split, the knob-grid winner of all 3 B=1 workloads on the H200, 1.23-1.50x over
     32); vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce
-    stage, which takes only vector and reduce_unroll."""
+    stage, which takes only vector and reduce_unroll. Default warps and positions shrink to short chunks
+    (`_fit_chunk`)."""
     if stage == "reduce":
         _cuda_reduce(sch, vector, reduce_unroll)
         return
+    fixed = (warps is not None, positions is not None)
     warps = cuda_warps(cfg, stage, warps, vector)
     positions = positions or (8 if stage == "unsplit" else 4)
     lanes = lanes or (SPLIT_LANES if stage == "split" else WARP)
+    warps, positions = _fit_chunk(cfg, warps, positions, lanes, vector, fixed)
     _check_lanes(cfg, stage, positions, lanes, vector)
     outer = sch.get_sblock(stage)
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
@@ -193,6 +196,27 @@ def cuda(
     b_acc = _cuda_chunk(sch, cfg, warps, positions, lanes, vector)
     if stage == "unsplit":
         _cuda_merge(sch, b_acc, warps, vector)
+
+
+def _fit_chunk(
+    cfg: DecodeConfig, warps: int, positions: int, lanes: int, vector: int, fixed: tuple[bool, bool]
+) -> tuple[int, int]:
+    """`(warps, positions)` whose step of `warps * positions` rows divides `split_len`: the defaults (not `fixed`)
+    halved until it does, warps down to `D / (32 * vector)` (the fewest whose rows cover a V row), then positions
+    down to `32 / lanes`. A step past the chunk is refused: TVM stores each row's score after the shuffle reduction
+    without the predicate of the rows past the chunk, so they would write outside its scores (into the next query
+    head's, or past the buffer: wrong results at `split_len` 16 with 16 warps of 8 positions)."""
+    least_warps, least_positions = cfg.model.head_dim // (WARP * vector), WARP // lanes
+    while cfg.split_len % (warps * positions) and not fixed[0] and warps > least_warps:
+        warps //= 2
+    while cfg.split_len % (warps * positions) and not fixed[1] and positions > least_positions:
+        positions //= 2
+    if cfg.split_len % (warps * positions):
+        raise ValueError(
+            f"decode_attention: warps={warps} x positions={positions} rows a step must divide split_len="
+            f"{cfg.split_len} (rows past the chunk would store their scores out of place)"
+        )
+    return warps, positions
 
 
 def _check_lanes(cfg: DecodeConfig, stage: str, positions: int, lanes: int, vector: int) -> None:

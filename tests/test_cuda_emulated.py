@@ -16,6 +16,7 @@ from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
 from gdn_tvm.build.export import schedule_ops
 from gdn_tvm.registry import OPS
+from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import check_kernel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +48,24 @@ def test_committed_h200_record_kernel_matches_reference(name, case, rng):
     (scheduled,) = schedule_ops(cfg, "cuda", REPO / "tuning_logs", [name], allow_hand=False)
     kernel = emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func})))
     check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+@pytest.mark.parametrize("name", [n for n in OPS if n.startswith("decode_attention")])
+def test_attention_knob_grid_is_refused_or_right_on_short_chunks(name, rng):
+    """Every design of the knob grid at 16-row chunks, shorter than the largest designs' step of warps x positions
+    rows, is refused by the schedule or matches the reference: rows past the chunk once stored their scores into the
+    next query head's (`schedules.decode_attention._fit_chunk`)."""
+    op, cfg = OPS[name], CASES["4b-B3"]
+    right = 0
+    for knobs in knob_grid(op, "cuda"):
+        try:
+            mod = op.schedule(cfg, "cuda", **knobs).mod
+        except (ValueError, tvm.s_tir.ScheduleError):
+            continue
+        failed = check_kernel(op, cfg, emulated(op, cfg, *lower(mod)), rng)
+        assert not failed, f"{knobs}: {failed}"
+        right += 1
+    assert right, "every design refused"
 
 
 def _edit(old: str, new: str):
