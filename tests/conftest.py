@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+from cuda_emu import lower
 
-from gdn_tvm.build.compile import compile_mod, compile_op
+from gdn_tvm.build.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
-from gdn_tvm.target import cuda
 from gdn_tvm.verify import check_kernel, mismatch
 
 # Two presets with Hv != Hk among them, B = 1 and B = 3 (4 slots, one lane skipped), a scaled-down cache.
@@ -62,6 +63,7 @@ def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
     assert not failed, "; ".join(failed)
 
 
+REPO = Path(__file__).resolve().parents[1]
 # The shapes whose every workload has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
 COMMITTED_CUDA_LOGS = {
     "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
@@ -73,6 +75,5 @@ COMMITTED_CUDA_LOGS = {
 
 def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
     """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
-    ex = compile_mod(OPS[name].schedule(cfg, "cuda", **knobs).mod, cuda())
-    (dev_mod,) = [m for m in ex.mod.imports if m.kind == "cuda"]
-    return dev_mod.inspect_source("cuda")
+    source, _ = lower(OPS[name].schedule(cfg, "cuda", **knobs).mod)
+    return source

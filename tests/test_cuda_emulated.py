@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tvm
-from conftest import CASES, COMMITTED_CUDA_LOGS, check_kernel_against_reference
+from conftest import CASES, COMMITTED_CUDA_LOGS, REPO, check_kernel_against_reference
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
 from gdn_tvm.build.export import schedule_ops
@@ -19,7 +18,6 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import check_kernel
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the emulated kernels)")
 
 # Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), and the ops whose reference takes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from conftest import COMMITTED_CUDA_LOGS, check_kernel_against_reference
+from conftest import COMMITTED_CUDA_LOGS, REPO, check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.build.export import build, dlight_ops, schedule_ops
@@ -28,7 +28,6 @@ from gdn_tvm.tuning.driver import workloads
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
 CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
-REPO = Path(__file__).resolve().parents[1]
 
 
 def quiet(_line: str) -> None:

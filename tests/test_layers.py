@@ -155,16 +155,20 @@ def test_rejected_step_leaves_states_untouched(bad, rng):
         slots=slots,
     )
     stack.step(**good)  # states now hold data
-    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    before = states(stack)
     ((name, make_bad),) = BAD_STEPS[bad].items()
     with pytest.raises(ArgumentError, match=name if bad != "duplicate slots" else "distinct"):
         stack.step(**(good | {name: make_bad(cfg)}))
     assert_states_equal(stack, before)
 
 
+def states(stack: HybridStack) -> list[np.ndarray]:
+    """Host copies of every layer's states, in order."""
+    return [s.numpy() for layer in stack.layers for s in layer.states]
+
+
 def assert_states_equal(stack: HybridStack, expected: list[np.ndarray]) -> None:
-    after = [s.numpy() for layer in stack.layers for s in layer.states]
-    for b, a in zip(expected, after, strict=True):
+    for b, a in zip(expected, states(stack), strict=True):
         assert np.array_equal(a, b)
 
 
@@ -182,7 +186,7 @@ def test_reset_and_release_reject_a_bad_slot_by_name(slot, rng):
     stack = make_stack("4b-B3", ("gdn", "attention"), seed=3)
     x = rng.standard_normal((3, stack.cfg.model.hidden)).astype(np.float32)
     stack.step(x, np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int32))
-    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    before = states(stack)
     for call in (stack.reset, stack.release):
         with pytest.raises(ArgumentError, match="slot"):
             call(slot)
@@ -203,10 +207,10 @@ def test_slots_in_use_are_not_handed_out_and_release_zeroes_only_its_slot(rng):
     stack.release(2)  # acquired, never stepped: still all zeros
     with pytest.raises(ArgumentError, match="slot=2 is not in use"):
         stack.release(2)
-    before = [s.numpy().copy() for layer in stack.layers for s in layer.states]
+    before = states(stack)
     assert all(np.abs(b[[1, 3]]).max() > 0 for b in before), "the stepped slots hold state"
     stack.release(3)
-    for b, a in zip(before, [s.numpy() for layer in stack.layers for s in layer.states], strict=True):
+    for b, a in zip(before, states(stack), strict=True):
         assert not a[3].any()
         assert np.array_equal(np.delete(a, 3, axis=0), np.delete(b, 3, axis=0))
     assert stack.acquire() == 2 and stack.acquire() == 3

@@ -48,6 +48,7 @@ class HybridStack:
             x = self.layers[-1].out
         self._free = list(range(cfg.slots))
         self.graph: CudaGraph | None = None
+        self._input_devices = tuple(dict.fromkeys((HOST, (device.dlpack_device_type(), device.index))))
         B, L, S = cfg.batch, cfg.max_len, cfg.slots
         self._inputs = [
             Arg("x", (B, cfg.model.hidden)),
@@ -70,9 +71,8 @@ class HybridStack:
         (numpy, torch, TVM) may live in host memory or on the stack's device. A slot a step names is in use from
         then on: `acquire` does not hand it out until it is released."""
         values = {"x": x, "positions": _int32("positions", positions), "slots": _int32("slots", slots)}
-        allowed = tuple(dict.fromkeys((HOST, (self.device.dlpack_device_type(), self.device.index))))
         for name, value in values.items():
-            check_device(name, value, allowed)
+            check_device(name, value, self._input_devices)
         check_args(self._inputs, values)
         active = {int(s) for s in to_host(values["slots"]) if s >= 0}
         self._free = [s for s in self._free if s not in active]
