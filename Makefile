@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)  ## create .venv and install gdn_tvm editable with its pinned dependencies
 
 tune: $(STAMP)  ## MetaSchedule-tune every op (default preset, B=1; GPU if present, else llvm) into tuning_logs/; ARGS="--help"
-	$(PY) -m gdn_tvm.tune $(ARGS)
+	$(PY) -m gdn_tvm.tuning $(ARGS)
 
 build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<preset>-b<B>-s<S>-l<L>-sl<split>-<target>/ (.so + manifest.json); ARGS="--help"
-	$(PY) -m gdn_tvm.build $(ARGS)
+	$(PY) -m gdn_tvm.export $(ARGS)
 
 test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
 	$(PYTEST) -n $(JOBS) -q

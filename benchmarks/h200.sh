@@ -58,7 +58,7 @@ for part in "${parts[@]}"; do
     tune*)  # "tune" = the default preset; "tune:ARGS" = other shapes, e.g. "tune:--preset qwen3.5-4b --max-len 32768"
         shape=${part#tune}
         # shellcheck disable=SC2086
-        timeout $((deadline - SECONDS)) python3 -m gdn_tvm.tune --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
+        timeout $((deadline - SECONDS)) python3 -m gdn_tvm.tuning --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
             status=1
         tar czf "$out/tuning_logs_cuda.tgz" tuning_logs/cuda  # also after a timeout: the next run resumes
         ;;

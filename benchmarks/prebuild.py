@@ -25,7 +25,7 @@ from benchmarks.configs import (
     op_config,
     step_config,
 )
-from gdn_tvm.build.export import build
+from gdn_tvm.export.artifact import build
 from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.target import cuda

@@ -18,8 +18,8 @@ from benchmarks import torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
-from gdn_tvm.build.compile import compile_dlight, compile_op
-from gdn_tvm.build.library import cuda_compiler
+from gdn_tvm.codegen.compile import compile_dlight, compile_op
+from gdn_tvm.codegen.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
@@ -98,7 +98,7 @@ def time_kernel(kernel: Kernel, value_sets: list[dict]) -> float:
 
 
 def kernels_for(cfg: DecodeConfig, names: list[str], library: str | None) -> dict[str, Kernel]:
-    """Hand-scheduled kernels compiled here, or loaded from a prebuilt library (`python -m gdn_tvm.build --target
+    """Hand-scheduled kernels compiled here, or loaded from a prebuilt library (`python -m gdn_tvm.export --target
     cuda --allow-hand ... --out DIR` on any machine with the CUDA headers, by the pinned NVRTC: no compile time on the
     GPU machine)."""
     if library is None:
@@ -203,7 +203,7 @@ def empty_launch_us() -> float:
     """A one-thread kernel, graph-replayed: the launch floor for B = 1 ops."""
     from tvm.script import tirx as T
 
-    from gdn_tvm.build.compile import compile_mod
+    from gdn_tvm.codegen.compile import compile_mod
 
     @T.prim_func
     def empty(x: T.Buffer((1,), "float32")):

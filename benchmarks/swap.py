@@ -23,7 +23,7 @@ from benchmarks.configs import STEP_MAX_LEN, step_config
 from benchmarks.run import inputs, kernels_for, library_kernels
 from benchmarks.steps import decode_until
 from benchmarks.timing import time_launch
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names

@@ -20,7 +20,7 @@ import numpy as np
 from benchmarks.configs import op_config
 from benchmarks.run import input_sets, time_kernel
 from benchmarks.timing import gbps
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
 from gdn_tvm.traffic import rotating_sets, traffic

@@ -20,7 +20,7 @@ from gdn_tvm.signature import Arg
 
 TARGET_KINDS = ("llvm", "cuda")
 KNOB_GRIDS = {"cuda": "KNOBS", "llvm": "LLVM_KNOBS"}  # module attribute holding each kind's knob grid
-IN_PLACE_ATTR = "gdn_tvm.in_place"  # compile without no-alias assumptions (see build/compile.py)
+IN_PLACE_ATTR = "gdn_tvm.in_place"  # compile without no-alias assumptions (see codegen/compile.py)
 
 
 @dataclass(frozen=True)

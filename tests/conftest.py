@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cuda_emu import lower
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.verify import check_kernel, mismatch

@@ -25,7 +25,7 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
-from gdn_tvm.build.compile import compile_mod
+from gdn_tvm.codegen.compile import compile_mod
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op
 from gdn_tvm.runtime.kernel import Kernel

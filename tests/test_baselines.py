@@ -13,7 +13,7 @@ from benchmarks import profile, run, steps, swap, sweep, timing, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
-from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack

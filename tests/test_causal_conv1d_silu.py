@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from conftest import CASES, assert_close
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.target import llvm

@@ -11,7 +11,7 @@ import tvm
 from safetensors.numpy import save_file
 from test_layers import assert_decodes_like_reference
 
-from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.runtime.checkpoint import load_checkpoint, model_config
 from gdn_tvm.runtime.layers import kernel_names

@@ -12,7 +12,7 @@ from conftest import CASES, cuda_source
 from tvm.script import tirx as T
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_dlight, host_loops
+from gdn_tvm.codegen.compile import compile_dlight, host_loops
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda

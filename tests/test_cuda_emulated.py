@@ -13,7 +13,7 @@ import tvm
 from conftest import CASES, COMMITTED_CUDA_LOGS, REPO, check_kernel_against_reference
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
-from gdn_tvm.build.export import schedule_ops
+from gdn_tvm.export.artifact import schedule_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import check_kernel

@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_close
 from gdn_tvm.schedules.decode_attention import cuda_warps
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.ops import decode_attention as decode_attention_ops
 from gdn_tvm.ops.decode_attention import reduce_layout

@@ -7,7 +7,7 @@ import pytest
 import tvm
 from conftest import assert_close, cuda_source
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import HEAD_MAPPINGS, DecodeConfig, preset
 from gdn_tvm.reference.delta_rule import delta_rule
 from gdn_tvm.registry import OPS

@@ -15,9 +15,9 @@ import tvm
 from conftest import COMMITTED_CUDA_LOGS, REPO, check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
-from gdn_tvm.build.export import build, dlight_ops, schedule_ops
-from gdn_tvm.build.library import export_library
+from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.export.artifact import build, dlight_ops, schedule_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest

@@ -12,7 +12,7 @@ from conftest import check_kernel_against_reference, cuda_source
 from gdn_tvm.schedules.gemv import cuda_layout
 from tvm.support import nvcc
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda, gpu_present, llvm

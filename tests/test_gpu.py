@@ -9,9 +9,9 @@ import pytest
 from conftest import assert_close, check_op_against_reference
 from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
-from gdn_tvm.build.compile import build_kernels
-from gdn_tvm.build.export import build
+from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
+from gdn_tvm.export.artifact import build
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import load

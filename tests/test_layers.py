@@ -8,7 +8,7 @@ import pytest
 import tvm
 from conftest import CASES, OnCuda, assert_close
 
-from gdn_tvm.build.compile import build_kernels
+from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
 from gdn_tvm.runtime.layers import kernel_names

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import CASES, OnCuda, check_op_against_reference
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.reference.activations import sigmoid, silu, softplus
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import ArgumentError, sample, visible

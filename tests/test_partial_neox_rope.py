@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import assert_close, cuda_source
 
-from gdn_tvm.build.compile import compile_op
+from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible

@@ -1,5 +1,5 @@
-"""MetaSchedule tuning on llvm by `python -m gdn_tvm.tune` (a tiny run: small shapes, few trials, every op), then
-`python -m gdn_tvm.build` from its logs, the exported module loaded and every op compared with its reference;
+"""MetaSchedule tuning on llvm by `python -m gdn_tvm.tuning` (a tiny run: small shapes, few trials, every op), then
+`python -m gdn_tvm.export` from its logs, the exported module loaded and every op compared with its reference;
 resume, --force, stale and bad logs."""
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import tvm_ffi
 from conftest import check_kernel_against_reference
 from tvm.s_tir import meta_schedule as ms
 
-from gdn_tvm.build.__main__ import main as build_main
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.export.__main__ import main as build_main
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import load
 from gdn_tvm.target import llvm
-from gdn_tvm.tune import main as tune_main
 from gdn_tvm.tuning import driver, measure, records
+from gdn_tvm.tuning.__main__ import main as tune_main
 from gdn_tvm.tuning.driver import tune, workloads
 from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
@@ -45,7 +45,7 @@ def quiet(_line: str) -> None:
 
 @pytest.fixture(scope="session")
 def tuned_logs(tmp_path_factory) -> Path:
-    """`python -m gdn_tvm.tune` of every op at CFG, TRIALS trials each (about a minute on 2 cores), done once per test
+    """`python -m gdn_tvm.tuning` of every op at CFG, TRIALS trials each (about a minute on 2 cores), done once per test
     session: the first xdist worker tunes under a file lock; its output is kept in `tune.out`.
 
     Only this run searches (MetaSchedule's first TuneContext costs ~15 s of TVMScript parsing per process);
@@ -133,7 +133,7 @@ def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
 
 
 def test_build_command_from_tuned_logs_matches_reference_for_every_op(tuned_logs, tmp_path, rng):
-    """`python -m gdn_tvm.build`, strict: every op from its record; the exported module loaded with the runtime and
+    """`python -m gdn_tvm.export`, strict: every op from its record; the exported module loaded with the runtime and
     each function compared with its reference."""
     assert build_main([*SHAPE_ARGS, "--work-dir", str(tuned_logs), "--out", str(tmp_path)]) == 0
     manifest = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())

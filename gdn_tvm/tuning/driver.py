@@ -24,8 +24,8 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
-from gdn_tvm.build.compile import compile_func
-from gdn_tvm.build.library import cuda_compiler
+from gdn_tvm.codegen.compile import compile_func
+from gdn_tvm.codegen.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op, get, workload_groups
 from gdn_tvm.schedules.gemv import MANY_LANES

@@ -19,7 +19,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-from gdn_tvm.build.compile import compile_mod
+from gdn_tvm.codegen.compile import compile_mod
 from gdn_tvm.traffic import LAUNCHES
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
-from gdn_tvm.build import cuda_stub
-from gdn_tvm.build.compile import dlight_schedule
-from gdn_tvm.build.library import cuda_compiler, export_library
+from gdn_tvm.codegen import cuda_stub
+from gdn_tvm.codegen.compile import dlight_schedule
+from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS, get, workload_groups
 from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name

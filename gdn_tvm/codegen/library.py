@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tvm
 
-from gdn_tvm.build.compile import compile_mod, is_in_place
+from gdn_tvm.codegen.compile import compile_mod, is_in_place
 
 
 def export_library(mod: tvm.IRModule, target: tvm.target.Target, path: Path) -> None:
@@ -31,7 +31,7 @@ def export_library(mod: tvm.IRModule, target: tvm.target.Target, path: Path) -> 
     if target.kind.name == "cuda" and not (device and all(m.is_runnable() for m in device)):
         raise RuntimeError(
             "the CUDA module holds source, not compiled device code: TVM's CUDA runtime is not loaded "
-            "(no libcuda.so.1); build through gdn_tvm.build.cuda_stub"
+            "(no libcuda.so.1); build through gdn_tvm.codegen.cuda_stub"
         )
     for ex in rest:
         first.mod.import_module(ex.mod)

@@ -1,4 +1,4 @@
-"""`python -m gdn_tvm.tune` (`make tune`): MetaSchedule-tune every registry workload of a preset for a target.
+"""`python -m gdn_tvm.tuning` (`make tune`): MetaSchedule-tune every registry workload of a preset for a target.
 
 Defaults: the bundled default preset at batch 1; CUDA (sm_90) when a GPU is present, else llvm with this
 machine's cores; `BUDGETS[kind].trials` candidates per workload (llvm 8, cuda 16; on CUDA 4x that for the
@@ -31,7 +31,7 @@ def _interrupted(_signum, _frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m gdn_tvm.tune", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m gdn_tvm.tuning", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_decode_arguments(p)
     p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))

@@ -1,4 +1,4 @@
-"""`python -m gdn_tvm.build` (`make build`): build one preset, target and batch from the tuning logs."""
+"""`python -m gdn_tvm.export` (`make build`): build one preset, target and batch from the tuning logs."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import argparse
 import sys
 import time
 
-from gdn_tvm.build.export import build
 from gdn_tvm.config import add_decode_arguments, decode_config
+from gdn_tvm.export.artifact import build
 from gdn_tvm.target import by_name
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gdn_tvm.build", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m gdn_tvm.export", description=__doc__)
     add_decode_arguments(p)
     p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")

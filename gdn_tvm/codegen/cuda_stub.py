@@ -4,7 +4,7 @@
 source only. A stub `libcuda.so.1` whose entry points all fail lets it load, so TVM's compile callback runs (the
 pinned NVRTC for the target's arch, or nvcc where TVM_CUDA_COMPILE_MODE says so) and the exported library embeds
 the cubin. The stub cannot run anything: it is only put on `LD_LIBRARY_PATH` of a subprocess
-(`python -m gdn_tvm.build.cuda_stub`) that compiles and exports a saved IRModule. On a GPU machine none of this is
+(`python -m gdn_tvm.codegen.cuda_stub`) that compiles and exports a saved IRModule. On a GPU machine none of this is
 needed.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tvm
 
-from gdn_tvm.build.library import export_library
+from gdn_tvm.codegen.library import export_library
 
 # What libtvm_runtime_cuda.so (TVM 0.27) imports from libcuda.so.1; each fails with CUDA_ERROR_NO_DEVICE.
 SYMBOLS = (
@@ -57,7 +57,7 @@ def export_with_stub(mod: tvm.IRModule, target: tvm.target.Target, path: Path, s
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "mod.json"
         saved.write_text(tvm.ir.save_json(mod))
-        cmd = [sys.executable, "-m", "gdn_tvm.build.cuda_stub", str(saved), str(target), str(path)]
+        cmd = [sys.executable, "-m", "gdn_tvm.codegen.cuda_stub", str(saved), str(target), str(path)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"CUDA export with the stub driver failed:\n{done.stdout}{done.stderr}")

@@ -1,1 +1,0 @@
-"""Apply schedules, compile, export."""

@@ -1,0 +1,1 @@
+"""`make build`: apply the tuning records strictly, compile, and export a shared library with its manifest."""
