@@ -26,8 +26,8 @@ from benchmarks.configs import (
     step_config,
 )
 from gdn_tvm.export.artifact import build
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS, workload_groups
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.target import cuda
 from gdn_tvm.tuning import records
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     for cfg, names in (
         [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES]
         + [(op_config(OP_PRESET, b), ["delta_rule", "delta_rule_fused"]) for b in DELTA_BATCHES]
-        + [(cfg, kernel_names(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
+        + [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
     ):
         _, have = wanted.setdefault(cfg.key, (cfg, []))
         have.extend(n for n in names if n not in have)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         for cfg, names in wanted.values():
             build(cfg, cuda(), no_logs, f"{args.out}/hand", allow_hand=True, names=names)
     for batch in OP_BATCHES:
-        build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", dlight=True)
+        build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", names=list(OPS), dlight=True)
     for cfg, names in wanted.values():
         if any(records.has_log(Path(args.work_dir) / key) for key in workload_groups(cfg, "cuda", names)):
             build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)

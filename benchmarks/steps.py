@@ -26,7 +26,7 @@ from benchmarks.record import Results
 from benchmarks.run import PEAK_GBPS, build_compiler, kernels_for, library_kernels, schedule_summary
 from benchmarks.timing import time_eager, time_launch
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.runtime.layers import kernel_names
+from gdn_tvm.plan import step_ops
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import unstack
 
@@ -95,7 +95,7 @@ def kernel_breakdown(stack: HybridStack) -> list[dict]:
     return [
         {"kernel": name, "us": round(time_launch(func, args), 2)}
         for layer in stack.layers
-        for name, (func, args) in zip(layer.launched, layer.plan, strict=True)
+        for name, (func, args) in zip(layer.launched, layer.launches, strict=True)
     ]
 
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             kernels = library_kernels(args.tuned, cfg)
             schedules = schedule_summary(args.tuned, cfg) if kernels else "hand"
             compiler = build_compiler(args.tuned if kernels else args.library, cfg)
-            kernels = kernels or kernels_for(cfg, kernel_names(cfg), args.library)
+            kernels = kernels or kernels_for(cfg, step_ops(cfg), args.library)
             for label, types in (("gdn layer", ("gdn",)), ("attention layer", ("attention",)),
                                  ("stack", cfg.model.layer_types)):  # fmt: skip
                 row = {**bench_stack(cfg, kernels, types, label), "schedules": schedules, "compiler": compiler}

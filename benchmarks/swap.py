@@ -25,8 +25,8 @@ from benchmarks.steps import decode_until
 from benchmarks.timing import time_launch
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
 from gdn_tvm.target import cuda
@@ -44,7 +44,7 @@ def swapped_calls(stack: HybridStack, op: str, bench: dict) -> list[tuple[str | 
     non-scalar argument in turn replaced by `bench`'s value of it (label: its name), and with all replaced ("all").
     `bench` holds every visible argument of the op by name (`benchmarks.run.inputs`)."""
     layer = next(layer for layer in stack.layers if op in layer.launched)
-    func, planned = layer.plan[layer.launched.index(op)]
+    func, planned = layer.launches[layer.launched.index(op)]
     signature = OPS[op].signature(stack.cfg)
     names = [a.alias or a.name for a in signature]  # an alias write side takes its state's value
     labels = [None, *(a.name for a in visible(signature) if not a.is_scalar), "all"]
@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = step_config(args.preset, args.batch)
     if not 0 <= args.decode < cfg.max_len:
         p.error(f"--decode {args.decode} is outside the cache's {cfg.max_len} rows")
-    kinds = [k for k in ("gdn", "attention") if args.op in kernel_names(cfg, (k,))]
+    kinds = [k for k in ("gdn", "attention") if args.op in step_ops(cfg, (k,))]
     if not kinds:
-        p.error(f"--op {args.op} is not launched by a {cfg.key} step (its launches: {', '.join(kernel_names(cfg))})")
-    kernels = library_kernels(args.tuned, cfg) or kernels_for(cfg, kernel_names(cfg), args.library)
+        p.error(f"--op {args.op} is not launched by a {cfg.key} step (its launches: {', '.join(step_ops(cfg))})")
+    kernels = library_kernels(args.tuned, cfg) or kernels_for(cfg, step_ops(cfg), args.library)
     stack = HybridStack(cfg, kernels, tvm.cuda(0), layer_types=(kinds[0],), seed=0)
     stack.capture()
     decode_until(stack, args.decode)

@@ -37,6 +37,7 @@ class ModelConfig:
     partial_rotary_factor: float = 0.25
     rope_theta: float = 1e7
     rms_norm_eps: float = 1e-6
+    l2_norm_eps: float = 1e-6  # L2 norm of q and k: not in the HF config; HF and fla hard-code 1e-6 in their l2norm
     full_attention_interval: int = 4
     head_mapping: str = "grouped"
 
@@ -150,23 +151,6 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 DEFAULT_PRESET = "qwen3.5-0.8b"
-
-
-def add_decode_arguments(parser) -> None:
-    """The `--preset --batch --slots --max-len --split-len --head-mapping` options of the command-line tools."""
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
-    parser.add_argument("--batch", type=int, default=1, help="lanes decoded together (default 1)")
-    parser.add_argument("--slots", type=int, default=0, help="state-pool slots (default: = batch)")
-    parser.add_argument("--max-len", type=int, default=DecodeConfig.max_len, help="KV rows per slot")
-    parser.add_argument("--split-len", type=int, default=DecodeConfig.split_len, help="positions per split-KV chunk")
-    parser.add_argument("--head-mapping", default="grouped", choices=HEAD_MAPPINGS)
-
-
-def decode_config(args) -> DecodeConfig:
-    """The `DecodeConfig` that `add_decode_arguments` options describe."""
-    return DecodeConfig(
-        preset(args.preset), batch=args.batch, slots=args.slots, max_len=args.max_len, split_len=args.split_len
-    ).replace(head_mapping=args.head_mapping)
 
 
 def preset(name: str) -> ModelConfig:

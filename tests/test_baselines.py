@@ -14,8 +14,8 @@ from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
 from gdn_tvm.codegen.compile import build_kernels
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
 from gdn_tvm.target import llvm
@@ -72,7 +72,7 @@ def test_traffic_counts_touched_state_and_kv_rows():
 def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
     cfg = CASES["0.8b-B1"].replace(batch=2, slots=3)
     m = cfg.model
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
     conv = m.conv_dim * (m.conv_kernel - 1) * 4
     recurrent = m.n_v_heads * m.head_k_dim * m.head_v_dim * 4
     kv_rows = 8 * m.n_kv_heads * m.head_dim * 4  # rows 0..7, k and v each
@@ -83,7 +83,7 @@ def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
     """(The graph is faked here: no GPU.) One row per launch, in plan order, each timing a graph of LAUNCHES calls
     of that launch."""
     cfg = CASES["0.8b-B1"]
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
     stack.write_inputs(np.zeros((1, cfg.model.hidden), np.float32), [0], [-1])  # every lane skipped: no state change
     captured = []
 
@@ -107,7 +107,7 @@ def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
 
 def test_torch_step_matches_the_executor(rng):
     cfg = CASES["0.8b-B1"]
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
     ref = TorchStack(stack)
     slots = np.array([stack.acquire()], np.int32)
     for t in range(4):
@@ -146,7 +146,7 @@ def test_swap_replaces_one_planned_argument_at_a_time():
     """The step-vs-benchmark harness: the planned launch, then each argument (an alias's write side with its
     state) taken from the benchmark's inputs, then all of them; every call runs."""
     cfg = CASES["4b-B3"]
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("attention",))
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("attention",))
     stack.write_inputs(np.zeros((3, cfg.model.hidden), np.float32), [5, 9, 70], [2, 0, 3])
     op = "decode_attention_split"
     bench = swap.benchmark_inputs(op, cfg, 40, device="cpu")
@@ -155,7 +155,7 @@ def test_swap_replaces_one_planned_argument_at_a_time():
     visible_names = [a.name for a in visible(OPS[op].signature(cfg)) if not a.is_scalar]
     assert [label for label, _, _ in calls] == [None, *visible_names, "all"]
     planned = calls[0][2]
-    assert planned == stack.layers[0].plan[stack.layers[0].launched.index(op)][1]
+    assert planned == stack.layers[0].launches[stack.layers[0].launched.index(op)][1]
     for label, _, call in calls[1:-1]:
         changed = [n for n, a, b in zip(names, call, planned, strict=True) if a is not b]
         assert changed and set(changed) == {label}, label
@@ -191,7 +191,7 @@ def test_results_name_the_compiler_of_their_kernels(tmp_path, monkeypatch):
 def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypatch):
     """(Graph replay faked by eager steps: no GPU.) The benchmarks' timed step reads what decoding wrote."""
     cfg = CASES["4b-B3"]
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=("attention",))
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("attention",))
     decoded = []
 
     def step(x, positions, slots):
@@ -202,4 +202,5 @@ def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypa
     x, slots = steps.decode_until(stack, 3)
     assert decoded == [[t] * 3 for t in range(3)] and slots.tolist() == [0, 1, 2]
     assert stack.io.positions.numpy().tolist() == [3, 3, 3] and np.array_equal(stack.x.numpy(), x)
-    assert np.abs(stack.layers[0].k_cache.numpy()[:3, :3]).min(axis=(2, 3)).all()  # rows 0..2 of every slot written
+    k_cache = stack.layers[0].tensors["k_cache"].numpy()
+    assert np.abs(k_cache[:3, :3]).min(axis=(2, 3)).all()  # rows 0..2 of every slot written

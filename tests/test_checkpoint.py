@@ -13,10 +13,9 @@ from test_layers import assert_decodes_like_reference
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
+from gdn_tvm.plan import WEIGHTS, step_ops
 from gdn_tvm.runtime.checkpoint import load_checkpoint, model_config
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
-from gdn_tvm.runtime.weights import SHAPES
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
 
@@ -112,7 +111,7 @@ def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused):
     assert (m.hidden, m.n_k_heads, m.n_v_heads, m.n_q_heads, m.n_kv_heads, m.rope_theta) == (64, 2, 4, 2, 1, 5e6)
     assert m.layer_types == ("gdn", "gdn", "gdn", "attention") and m.name == tmp_path.name
     for kind, got, want in zip(m.layer_types, layers, expected_weights(raw, prefix, fused), strict=True):
-        assert {k: v.shape for k, v in got.items()} == SHAPES[kind](m)
+        assert {k: v.shape for k, v in got.items()} == WEIGHTS[kind](m)
         assert sorted(got) == sorted(want)
         for name, value in got.items():
             assert value.dtype == np.float32 and np.array_equal(value, want[name]), f"{kind} {name}"
@@ -156,5 +155,5 @@ def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
     write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
     m, layers = load_checkpoint(tmp_path)
     cfg = DecodeConfig(m, batch=1, max_len=16, split_len=8)
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), weights=layers)
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), weights=layers)
     assert_decodes_like_reference(stack, rng, steps=4)

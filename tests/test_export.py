@@ -18,8 +18,8 @@ from test_layers import assert_decodes_like_reference, assert_preset_stack_decod
 from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.export.artifact import build, dlight_ops, schedule_ops
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
@@ -156,7 +156,9 @@ def test_committed_h200_logs_build_strictly(case, tmp_path):
     assert {s.source for s in scheduled} == {"tuned"}
     if can_export_cuda():
         lines: list[str] = []
-        manifest = json.loads(build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=lines.append).read_text())
+        manifest = json.loads(
+            build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=list(OPS), echo=lines.append).read_text()
+        )
         functions = manifest["functions"]
         assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
         assert {f["tuned_with"] for f in functions.values()} == {manifest["cuda_compile"]}
@@ -204,7 +206,7 @@ def test_build_names_records_tuned_with_another_compiler(tmp_path):
 def test_committed_h200_logs_build_and_match_reference(case, tmp_path, rng):
     """`make build` of the committed CUDA logs, strict; every op against its reference on the GPU."""
     cfg = COMMITTED_CUDA_LOGS[case]
-    build(cfg, cuda(), REPO / "tuning_logs", tmp_path, echo=quiet)
+    build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=list(OPS), echo=quiet)
     kernels = load(tmp_path, cfg, "cuda")
     assert sorted(kernels) == sorted(OPS)
     for name, kernel in kernels.items():
@@ -215,7 +217,7 @@ def test_whole_preset_stack_from_loaded_module(tmp_path, rng):
     """qwen3.5-0.8b's whole mixer stack (24 layers) on llvm kernels exported and loaded back (every preset runs on
     the GPU: tests/test_gpu.py; the larger ones would take 5-27 GiB of weights here)."""
     cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=2, slots=3, max_len=256, split_len=64)
-    build(cfg, llvm(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=kernel_names(cfg), echo=quiet)
+    build(cfg, llvm(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=quiet)
     assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "llvm"), tvm.cpu(), rng, graph=False)
 
 
@@ -223,7 +225,7 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
     """The executor on kernels loaded from an exported module: 8 steps of a GDN + attention stack vs the reference;
     kernels built for another shape are refused when the launch plan is built."""
     cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=48, split_len=16)
-    build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=kernel_names(cfg), echo=quiet)
+    build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=step_ops(cfg), echo=quiet)
     kernels = load(tmp_path / "build", cfg, "llvm")
     stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=("gdn", "attention"), seed=3)
     assert_decodes_like_reference(stack, rng, steps=8)

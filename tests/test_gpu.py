@@ -12,8 +12,8 @@ from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lane
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.export.artifact import build
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.target import cuda, device_of, gpu_present
@@ -59,7 +59,7 @@ _KERNELS: dict[str, dict] = {}
 def gpu_stack(case: str, types: tuple[str, ...], seed: int) -> HybridStack:
     cfg = LAYER_GPU[case]
     if case not in _KERNELS:
-        _KERNELS[case] = build_kernels(cfg, cuda(), kernel_names(cfg))
+        _KERNELS[case] = build_kernels(cfg, cuda(), step_ops(cfg))
     return HybridStack(cfg, _KERNELS[case], device_of(cuda()), layer_types=types, seed=seed)
 
 
@@ -91,5 +91,5 @@ def test_decode_steps_on_gpu_graph_equals_eager(case, types, rng):
 def test_preset_stack_from_exported_modules(name, tmp_path, rng):
     """Each preset's kernels exported as `make build` does and loaded back; its whole stack replayed as a graph."""
     cfg = DecodeConfig(preset(name), batch=2, slots=3, max_len=256, split_len=64)
-    build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=kernel_names(cfg), echo=lambda _: None)
+    build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=lambda _: None)
     assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "cuda"), device_of(cuda()), rng, graph=True)

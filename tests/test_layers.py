@@ -10,8 +10,8 @@ from conftest import CASES, OnCuda, assert_close
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
+from gdn_tvm.plan import step_ops
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
-from gdn_tvm.runtime.layers import kernel_names
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import random_weights, unstack
 from gdn_tvm.signature import ArgumentError
@@ -26,7 +26,7 @@ _KERNELS: dict[str, dict] = {}
 def make_stack(case: str, layer_types: tuple[str, ...], seed: int) -> HybridStack:
     cfg = LAYER_CASES[case]
     if case not in _KERNELS:
-        _KERNELS[case] = build_kernels(cfg, llvm(), kernel_names(cfg))
+        _KERNELS[case] = build_kernels(cfg, llvm(), step_ops(cfg))
     return HybridStack(cfg, _KERNELS[case], tvm.cpu(), layer_types=layer_types, seed=seed)
 
 
@@ -232,7 +232,7 @@ def test_every_preset_pattern_period_decodes(name, rng):
     hidden size), 4 steps on llvm against the reference; the full stacks of the large presets do not fit a CPU."""
     cfg = DecodeConfig(PRESETS[name], batch=1, max_len=16, split_len=8)
     period = cfg.model.layer_types[: cfg.model.full_attention_interval]
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), kernel_names(cfg)), tvm.cpu(), layer_types=period, seed=5)
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=period, seed=5)
     assert_decodes_like_reference(stack, rng, steps=4)
 
 
@@ -250,11 +250,11 @@ def test_weights_on_the_device_are_shared_not_copied():
 
 
 @pytest.mark.parametrize("case", LAYER_CASES)
-def test_kernel_names_are_exactly_what_the_plans_launch(case):
-    """`kernel_names` (what a build must contain) and the layers' launch plans name the same kernels."""
+def test_step_ops_are_exactly_what_the_bound_layers_launch(case):
+    """`step_ops` (what a build must contain) and the bound layers' launches name the same kernels."""
     stack = make_stack(case, ("gdn", "attention"), seed=0)
     for layer in stack.layers:
-        assert sorted(set(layer.launched)) == sorted(kernel_names(stack.cfg, (layer.kind,)))
+        assert sorted(set(layer.launched)) == sorted(step_ops(stack.cfg, (layer.kind,)))
 
 
 class _FakeCudart:

@@ -22,6 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.export.__main__ import main as build_main
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.module import load
 from gdn_tvm.target import llvm
@@ -45,8 +46,9 @@ def quiet(_line: str) -> None:
 
 @pytest.fixture(scope="session")
 def tuned_logs(tmp_path_factory) -> Path:
-    """`python -m gdn_tvm.tuning` of every op at CFG, TRIALS trials each (about a minute on 2 cores), done once per test
-    session: the first xdist worker tunes under a file lock; its output is kept in `tune.out`.
+    """`python -m gdn_tvm.tuning --ops all` (every registry op) at CFG, TRIALS trials each (about a minute on 2
+    cores), done once per test session: the first xdist worker tunes under a file lock; its output is kept in
+    `tune.out`.
 
     Only this run searches (MetaSchedule's first TuneContext costs ~15 s of TVMScript parsing per process);
     the other tests re-measure the hand schedule at most (trials=0)."""
@@ -60,7 +62,7 @@ def tuned_logs(tmp_path_factory) -> Path:
             root.mkdir()
             handler = signal.getsignal(signal.SIGINT)  # the command line sets its own
             with open(root / "tune.out", "w") as out, contextlib.redirect_stdout(out):
-                status = tune_main([*SHAPE_ARGS, "--trials", str(TRIALS), "--work-dir", str(root)])
+                status = tune_main([*SHAPE_ARGS, "--ops", "all", "--trials", str(TRIALS), "--work-dir", str(root)])
             signal.signal(signal.SIGINT, handler)
             assert status == 0, (root / "tune.out").read_text()
             (root / "done").touch()
@@ -135,7 +137,7 @@ def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
 def test_build_command_from_tuned_logs_matches_reference_for_every_op(tuned_logs, tmp_path, rng):
     """`python -m gdn_tvm.export`, strict: every op from its record; the exported module loaded with the runtime and
     each function compared with its reference."""
-    assert build_main([*SHAPE_ARGS, "--work-dir", str(tuned_logs), "--out", str(tmp_path)]) == 0
+    assert build_main([*SHAPE_ARGS, "--ops", "all", "--work-dir", str(tuned_logs), "--out", str(tmp_path)]) == 0
     manifest = json.loads(next(tmp_path.glob("*/manifest.json")).read_text())
     functions = manifest["functions"]
     assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
@@ -147,10 +149,8 @@ def test_build_command_from_tuned_logs_matches_reference_for_every_op(tuned_logs
 
 def test_commands_report_a_missing_record_and_an_unknown_op(tmp_path, capsys):
     assert build_main([*SHAPE_ARGS, "--work-dir", str(tmp_path), "--out", str(tmp_path / "build")]) == 1
-    assert (
-        f"error: {len(workloads(CFG, 'llvm', list(OPS)))} workload(s) without a tuning record"
-        in capsys.readouterr().err
-    )
+    missing = len(workloads(CFG, "llvm", step_ops(CFG)))  # by default, what a step launches
+    assert f"error: {missing} workload(s) without a tuning record" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         tune_main([*SHAPE_ARGS, "--ops", "sigmoid_gate,no_such_op", "--work-dir", str(tmp_path)])
     assert "unknown ops ['no_such_op']" in capsys.readouterr().err

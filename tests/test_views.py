@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 from gdn_tvm.config import STACKED, DecodeConfig, preset
-from gdn_tvm.runtime.layers import kernel_names, stacks_projections
+from gdn_tvm.plan import fusions, step_ops
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.runtime.weights import random_weights, unstack, upload
 from gdn_tvm.signature import ArgumentError
@@ -60,7 +60,7 @@ def _as(kind: str, a: np.ndarray):
 def test_every_preset_stacks_its_projections_at_b1_only():
     for name in ("qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3-next-80b-a3b"):
         one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
-        assert all(stacks_projections(one, s) and not stacks_projections(two, s) for s in STACKED)
-        assert "gemv_in_proj_conv" in kernel_names(one) and "gemv_in_proj_qkv" in kernel_names(two)
-        assert kernel_names(one, ("gdn",)) == ["gemv_in_proj_conv", "delta_rule_fused", "gemv_out_proj_norm"]
-        assert len(kernel_names(two, ("gdn",))) == 8
+        assert fusions(one).stacked == set(STACKED) and not fusions(two).stacked
+        assert "gemv_in_proj_conv" in step_ops(one) and "gemv_in_proj_qkv" in step_ops(two)
+        assert step_ops(one, ("gdn",)) == ["gemv_in_proj_conv", "delta_rule_fused", "gemv_out_proj_norm"]
+        assert len(step_ops(two, ("gdn",))) == 8

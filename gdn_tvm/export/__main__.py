@@ -1,4 +1,5 @@
-"""`python -m gdn_tvm.export` (`make build`): build one preset, target and batch from the tuning logs."""
+"""`python -m gdn_tvm.export` (`make build`): build one decode configuration and target from the tuning logs: the ops a
+decode step launches (`plan.step_ops`), or those `--ops` names (`all`: every registry op)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 import time
 
-from gdn_tvm.config import add_decode_arguments, decode_config
+from gdn_tvm.cli import add_arguments, decode_config, op_names
 from gdn_tvm.export.artifact import build
 from gdn_tvm.target import by_name
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
@@ -14,8 +15,7 @@ from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gdn_tvm.export", description=__doc__)
-    add_decode_arguments(p)
-    p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
+    add_arguments(p)
     p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")
     p.add_argument("--out", default="build", help="build root (default: build)")
     p.add_argument("--allow-hand", action="store_true", help="build workloads without a record by hand schedule")
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     cfg = decode_config(args)
     try:
-        path = build(cfg, by_name(args.target), args.work_dir, args.out, args.allow_hand)
+        path = build(cfg, by_name(args.target), args.work_dir, args.out, args.allow_hand, op_names(p, args, cfg))
     except (MissingRecordError, TuningLogError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -22,7 +22,8 @@ from gdn_tvm.codegen import cuda_stub
 from gdn_tvm.codegen.compile import dlight_schedule
 from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.registry import OPS, get, workload_groups
+from gdn_tvm.plan import step_ops
+from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import Workload, workload
@@ -94,12 +95,14 @@ def build(
     logs: str | Path,
     out: str | Path,
     allow_hand: bool = False,
-    names: Sequence[str] = tuple(OPS),
+    names: Sequence[str] | None = None,
     echo: Callable[[str], None] = print,
     dlight: bool = False,
 ) -> Path:
-    """Build and export every op of `names` (with `dlight`: those dlight schedules); returns the manifest's path."""
+    """Build and export every op of `names` (default: the ops a step launches, `plan.step_ops`; with `dlight`: those
+    dlight schedules); returns the manifest's path."""
     kind = target.kind.name
+    names = step_ops(cfg) if names is None else names
     scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
     folder = Path(out) / artifact_name(cfg, kind)
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Q
 import numpy as np
 
 from gdn_tvm.config import PRESETS, ModelConfig
-from gdn_tvm.runtime.weights import SHAPES
+from gdn_tvm.plan import WEIGHTS
 from gdn_tvm.signature import ArgumentError
 
 PREFIXES = ("model.language_model.layers.", "model.layers.")
@@ -132,6 +132,6 @@ def load_checkpoint(path: str | Path) -> tuple[ModelConfig, list[dict[str, np.nd
     layers = []
     for i, kind in enumerate(m.layer_types):
         w = _gdn(tensors, m, i) if kind == "gdn" else _attention(tensors, m, i)
-        assert set(w) == set(SHAPES[kind](m)), f"loader and weight table disagree for {kind}"
+        assert set(w) == set(WEIGHTS[kind](m)), f"loader and weight table disagree for {kind}"
         layers.append({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in w.items()})
     return m, layers

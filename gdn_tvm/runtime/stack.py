@@ -9,7 +9,7 @@ import tvm
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.graph import CudaGraph
-from gdn_tvm.runtime.layers import LAYERS, Kernels, StepBuffers, _Layer
+from gdn_tvm.runtime.layers import Kernels, Layer, StepBuffers, bind_layer
 from gdn_tvm.runtime.weights import random_weights
 from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device, device_of, to_host
 
@@ -42,9 +42,9 @@ class HybridStack:
             raise ValueError(f"weights: {len(weights)} layers given for {len(self.layer_types)} layer types")
         self.io = StepBuffers(cfg, device)
         x = tvm.runtime.empty((cfg.batch, cfg.model.hidden), "float32", device)
-        self.layers: list[_Layer] = []
+        self.layers: list[Layer] = []
         for kind, w in zip(self.layer_types, weights, strict=True):
-            self.layers.append(LAYERS[kind](cfg, kernels, w, self.io, x))
+            self.layers.append(bind_layer(kind, cfg, kernels, w, self.io, x))
             x = self.layers[-1].out
         self._free = list(range(cfg.slots))
         self.graph: CudaGraph | None = None
@@ -95,7 +95,7 @@ class HybridStack:
         skip = np.full(self.cfg.batch, -1, np.int32)
         self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
         self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes
-        launches = sum(len(layer.plan) for layer in self.layers)
+        launches = sum(len(layer.launches) for layer in self.layers)
         self.graph = CudaGraph(self.run, launches, self.device.index)
 
     def step_graph(self, x, positions, slots) -> tvm.runtime.Tensor:

@@ -1,4 +1,4 @@
-"""Mixer weights: names, shapes, random defaults for demos and tests, upload to a device."""
+"""Mixer weights (names and shapes: `plan.WEIGHTS`): random defaults for demos and tests, checks, upload to a device."""
 
 from __future__ import annotations
 
@@ -8,46 +8,15 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
+from gdn_tvm.plan import WEIGHTS
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
-
-
-def gdn_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """GDN mixer weights (kernel layouts; see reference/decode_step.py)."""
-    p = m.projections
-    return {
-        "in_proj_qkv": p["in_proj_qkv"],
-        "in_proj_z": p["in_proj_z"],
-        "in_proj_b": p["in_proj_b"],
-        "in_proj_a": p["in_proj_a"],
-        "conv1d": (m.conv_dim, m.conv_kernel),
-        "dt_bias": (m.n_v_heads,),
-        "A": (m.n_v_heads,),
-        "norm": (m.head_v_dim,),
-        "out_proj": p["out_proj"],
-    }
-
-
-def attention_shapes(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Gated attention mixer weights (q_norm/k_norm as w_eff = 1 + w)."""
-    p = m.projections
-    return {
-        "q_proj": p["q_proj"],
-        "k_proj": p["k_proj"],
-        "v_proj": p["v_proj"],
-        "q_norm": (m.head_dim,),
-        "k_norm": (m.head_dim,),
-        "o_proj": p["o_proj"],
-    }
-
-
-SHAPES = {"gdn": gdn_shapes, "attention": attention_shapes}
 
 
 def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Random float32 weights of a `kind` ("gdn" | "attention") mixer, scaled like a trained model's."""
     out = {}
-    for name, shape in SHAPES[kind](m).items():
+    for name, shape in WEIGHTS[kind](m).items():
         if name == "A":
             w = -np.exp(rng.uniform(0.0, np.log(16.0), shape))  # A = -exp(A_log), A_log ~ U(0, log 16)
         elif name == "dt_bias":
@@ -64,7 +33,7 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
 
 def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
     """Every weight present, of its shape and float32, finite; the error names the weight."""
-    shapes = SHAPES[kind](m)
+    shapes = WEIGHTS[kind](m)
     missing = sorted(set(shapes) - set(weights))
     if missing:
         raise ArgumentError(f"{kind} weights: missing {missing}")

@@ -1,6 +1,7 @@
-"""`python -m gdn_tvm.tuning` (`make tune`): MetaSchedule-tune every registry workload of a preset for a target.
+"""`python -m gdn_tvm.tuning` (`make tune`): MetaSchedule-tune the workloads of a decode configuration for a target.
 
-Defaults: the bundled default preset at batch 1; CUDA (sm_90) when a GPU is present, else llvm with this
+Defaults: the ops a decode step launches (`plan.step_ops`; `--ops all`: every registry op) of the bundled default
+preset at batch 1; CUDA (sm_90) when a GPU is present, else llvm with this
 machine's cores; `BUDGETS[kind].trials` candidates per workload (llvm 8, cuda 16; on CUDA 4x that for the
 FLOP-bound GEMVs of 8 lanes or more, `driver.flop_bound`, unless `--trials` is given). Logs go to
 `<work-dir>/<workload key>/`; workloads already recorded are skipped (`--force` tunes them further), and an
@@ -15,8 +16,8 @@ import signal
 import sys
 import time
 
-from gdn_tvm.config import add_decode_arguments, decode_config
-from gdn_tvm.registry import OPS, get, workload_groups
+from gdn_tvm.cli import add_arguments, decode_config, op_names
+from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.target import by_name, gpu_present
 from gdn_tvm.tuning.driver import BUDGETS, flop_bound, table, tune
 from gdn_tvm.tuning.records import TuningLogError
@@ -33,14 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m gdn_tvm.tuning", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    add_decode_arguments(p)
-    p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
+    add_arguments(p)
     p.add_argument(
         "--trials",
         type=int,
         help="MetaSchedule candidates per workload (default per target; 0 measures the hand schedule only)",
     )
-    p.add_argument("--ops", help=f"comma-separated registry op names (default: all {len(OPS)})")
     p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")
     p.add_argument("--force", action="store_true", help="tune recorded workloads again (keeps the best)")
     args = p.parse_args(argv)
@@ -48,11 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     kind = target.kind.name
     if kind == "cuda" and not gpu_present():
         p.error("tuning for cuda measures on the GPU, and none is present")
-    names = args.ops.split(",") if args.ops else list(OPS)
-    unknown = [n for n in names if n not in OPS]
-    if unknown:
-        p.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
     cfg = decode_config(args)
+    names = op_names(p, args, cfg)
     budget = BUDGETS[kind]
     trials = budget.trials if args.trials is None else args.trials
     groups = workload_groups(cfg, kind, names).values()

@@ -1,0 +1,45 @@
+"""The options `make tune` and `make build` share: the decode shapes, the target and the ops to cover."""
+
+from __future__ import annotations
+
+import argparse
+
+from gdn_tvm.config import DEFAULT_PRESET, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
+from gdn_tvm.plan import step_ops
+from gdn_tvm.registry import OPS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--preset --batch --slots --max-len --split-len --head-mapping --target --ops`."""
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
+    parser.add_argument("--batch", type=int, default=1, help="lanes decoded together (default 1)")
+    parser.add_argument("--slots", type=int, default=0, help="state-pool slots (default: = batch)")
+    parser.add_argument("--max-len", type=int, default=DecodeConfig.max_len, help="KV rows per slot")
+    parser.add_argument("--split-len", type=int, default=DecodeConfig.split_len, help="positions per split-KV chunk")
+    parser.add_argument("--head-mapping", default="grouped", choices=HEAD_MAPPINGS)
+    parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
+    parser.add_argument(
+        "--ops",
+        help=f"comma-separated registry op names, or 'all' (the {len(OPS)} registry ops); "
+        "default: the ops a decode step of these shapes launches (gdn_tvm.plan)",
+    )
+
+
+def decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """The `DecodeConfig` the options describe."""
+    return DecodeConfig(
+        preset(args.preset), batch=args.batch, slots=args.slots, max_len=args.max_len, split_len=args.split_len
+    ).replace(head_mapping=args.head_mapping)
+
+
+def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: DecodeConfig) -> list[str]:
+    """The ops `--ops` names (exits through `parser.error` naming unknown ones)."""
+    if args.ops is None:
+        return step_ops(cfg)
+    if args.ops == "all":
+        return list(OPS)
+    names = args.ops.split(",")
+    unknown = [n for n in names if n not in OPS]
+    if unknown:
+        parser.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    return names

@@ -1,0 +1,279 @@
+"""A decode step as data: each layer kind's `plan(cfg)` is the buffers it needs and the launches over them.
+
+The runtime binds a plan once (`runtime.layers.Layer`: allocates activations and states, takes weights and the
+step's inputs, checks every launch's buffers against its kernel's signature) and replays its launches; `make tune`
+and `make build` take the ops a configuration launches from the same plans (`step_ops`). What a step fuses is one
+table, `fusions(cfg)`, read by the plans alone. Pure Python over `config`: the runtime imports it without the
+compiler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gdn_tvm.config import STACKED, DecodeConfig, ModelConfig
+
+ROLES = ("input", "weight", "state", "act", "view")
+INPUTS = ("x", "slots", "positions")  # what a caller binds: the layer's input row and the step's index buffers
+VIEW_ALIGN = 64  # bytes: where a row view of a stacked projection may start (the kernels' vector loads)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One tensor of a plan. `role`: input (bound by the caller: `INPUTS`), weight (the layer's, by name), state (a
+    pool `[slots, ...]` zeroed at bind and per released slot), act (allocated once), view (`shape` over the elements
+    `[start, start + prod(shape))` of buffer `base`, sharing its memory)."""
+
+    shape: tuple[int, ...]
+    role: str
+    dtype: str = "float32"
+    base: str = ""
+    start: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel call: registry op `op`, each visible argument bound to a plan buffer by name."""
+
+    op: str
+    args: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A layer's step: `buffers` by name (a view after its base), `launches` in order, `out` the buffer holding its
+    output `[B, hidden]`, and `stacked` the `STACKED` weight its input projections read as one (or "")."""
+
+    kind: str
+    buffers: Mapping[str, Buffer]
+    launches: tuple[Launch, ...]
+    out: str = "out"
+    stacked: str = ""
+
+    @property
+    def ops(self) -> list[str]:
+        """The registry ops launched, in first-launch order."""
+        return list(dict.fromkeys(launch.op for launch in self.launches))
+
+
+@dataclass(frozen=True)
+class Fusions:
+    """What a step of a configuration fuses; each is the measured faster choice (docs/design.md).
+
+    stacked: the `STACKED` projections run as one GEMV over their concatenated weights, each consumer reading its
+      part of the one output row: at B = 1, where every part starts `VIEW_ALIGN`-aligned (all presets). From two
+      lanes a part is strided across lanes.
+    gdn_stages: causal conv1d + SiLU as the epilogue of the GDN input GEMV and gated RMSNorm as the prologue of
+      out_proj: at B = 1. From two lanes the prologue's per-CTA recompute covers every lane of a B tile (qwen3.5-4b
+      B=32 on the H200: 84 us against 36 us for the two kernels), and the epilogue cost 1.8 us more than the conv.
+    split_kv: attention over `split_len` chunks in parallel, then a reduce kernel: where the cache holds more than
+      one chunk."""
+
+    stacked: frozenset[str]
+    gdn_stages: bool
+    split_kv: bool
+
+
+def fusions(cfg: DecodeConfig) -> Fusions:
+    """The fusion table of `cfg`."""
+
+    def aligned(name: str) -> bool:
+        starts = itertools.accumulate(cfg.model.projections[p][0] for p in STACKED[name][:-1])
+        return all(4 * start % VIEW_ALIGN == 0 for start in starts)
+
+    stacked = frozenset(name for name in STACKED if cfg.batch == 1 and aligned(name))
+    return Fusions(stacked=stacked, gdn_stages=cfg.batch == 1, split_kv=cfg.n_splits > 1)
+
+
+def gdn_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """GDN mixer weights by checkpoint name, in kernel layouts (conv1d `[C, Kc]`, A = -exp(A_log))."""
+    p = m.projections
+    return {
+        "in_proj_qkv": p["in_proj_qkv"],
+        "in_proj_z": p["in_proj_z"],
+        "in_proj_b": p["in_proj_b"],
+        "in_proj_a": p["in_proj_a"],
+        "conv1d": (m.conv_dim, m.conv_kernel),
+        "dt_bias": (m.n_v_heads,),
+        "A": (m.n_v_heads,),
+        "norm": (m.head_v_dim,),
+        "out_proj": p["out_proj"],
+    }
+
+
+def attention_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Gated attention mixer weights by checkpoint name (q_norm, k_norm as w_eff = 1 + w)."""
+    p = m.projections
+    return {
+        "q_proj": p["q_proj"],
+        "k_proj": p["k_proj"],
+        "v_proj": p["v_proj"],
+        "q_norm": (m.head_dim,),
+        "k_norm": (m.head_dim,),
+        "o_proj": p["o_proj"],
+    }
+
+
+WEIGHTS = {"gdn": gdn_weights, "attention": attention_weights}
+
+
+class _Builder:
+    """Collects a plan's buffers and launches; every method returns the buffer's name."""
+
+    def __init__(self, kind: str, cfg: DecodeConfig, stacked: str):
+        self.cfg, self.kind = cfg, kind
+        self.stacked = stacked if stacked in fusions(cfg).stacked else ""
+        self.buffers: dict[str, Buffer] = {}
+        self.launches: list[Launch] = []
+        B, m = cfg.batch, cfg.model
+        self.add("x", (B, m.hidden), "input")
+        self.add("slots", (B,), "input", "int32")
+        self.add("positions", (B,), "input", "int32")
+        parts = STACKED.get(self.stacked, ())
+        for name, shape in WEIGHTS[kind](m).items():
+            if name not in parts:
+                self.add(name, shape, "weight")
+        if self.stacked:
+            self.add(self.stacked, m.projections[self.stacked], "weight")
+
+    def add(self, name: str, shape: tuple[int, ...], role: str, dtype: str = "float32", base: str = "", start: int = 0):
+        if name in self.buffers:
+            raise ValueError(f"{self.kind} plan: buffer {name!r} declared twice")
+        self.buffers[name] = Buffer(tuple(shape), role, dtype, base, start)
+        return name
+
+    def act(self, name: str, *shape: int) -> str:
+        return self.add(name, shape, "act")
+
+    def state(self, name: str, *shape: int) -> str:
+        return self.add(name, shape, "state")
+
+    def view(self, base: str, *shape: int, start: int = 0, name: str = "") -> str:
+        """`shape` over `base` from element `start` (a reshape at 0); named `<base>.<dims>` unless `name`."""
+        name = name or f"{base}.{'x'.join(map(str, shape))}"
+        return name if name in self.buffers else self.add(name, shape, "view", base=base, start=start)
+
+    def launch(self, op: str, **args: str) -> None:
+        unknown = sorted(b for b in args.values() if b not in self.buffers)
+        if unknown:
+            raise ValueError(f"{self.kind} plan: {op} binds undeclared buffers {unknown}")
+        self.launches.append(Launch(op, args))
+
+    def project(self, outputs: Iterable[tuple[str, str, tuple[int, ...]]], **epilogue: str) -> list[str]:
+        """The layer's input projections, `(projection, output name, shape)` in `STACKED` order; returns the output
+        buffers. Stacked: row views of one GEMV's output row; else one GEMV into each. `epilogue` (the conv's
+        conv_weight, state, slots) goes to the GEMV producing the first output, which runs its `_conv` variant."""
+        outputs = list(outputs)
+        B, conv = self.cfg.batch, "_conv" if epilogue else ""
+        if not self.stacked:
+            names = []
+            for i, (proj, name, shape) in enumerate(outputs):
+                y = self.act(name, *shape)
+                flat = self.view(y, B, math.prod(shape) // B)
+                self.launch(
+                    f"gemv_{proj}{conv if i == 0 else ''}", w=proj, x="x", y=flat, **(epilogue if i == 0 else {})
+                )
+                names.append(y)
+            return names
+        parts = STACKED[self.stacked]
+        if tuple(proj for proj, _, _ in outputs) != parts:
+            raise ValueError(f"{self.stacked}: outputs {[p for p, _, _ in outputs]} are not {parts}")
+        whole = self.act(f"{self.stacked}_out", 1, self.cfg.model.projections[self.stacked][0])
+        self.launch(f"gemv_{self.stacked}{conv}", w=self.stacked, x="x", y=whole, **epilogue)
+        names, start = [], 0
+        for _, name, shape in outputs:
+            names.append(self.view(whole, *shape, start=start, name=name))
+            start += math.prod(shape)
+        return names
+
+    def done(self, out: str) -> Plan:
+        return Plan(self.kind, dict(self.buffers), tuple(self.launches), out, self.stacked)
+
+
+def gdn(cfg: DecodeConfig) -> Plan:
+    """projections -> conv1d + SiLU -> `delta_rule_fused` (L2 norms, gates, recurrence) -> gated RMSNorm -> out_proj;
+    with `fusions.gdn_stages` the conv is the projection's epilogue and the norm out_proj's prologue (3 launches at
+    B = 1, 8 from two lanes)."""
+    m, B = cfg.model, cfg.batch
+    hv, dv = m.n_v_heads, m.head_v_dim
+    p = _Builder("gdn", cfg, "in_proj")
+    conv_state = p.state("conv_state", cfg.slots, m.conv_dim, m.conv_kernel - 1)
+    p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim)
+    fused = fusions(cfg).gdn_stages
+    conv = {"conv_weight": "conv1d", "state": conv_state, "slots": "slots"}
+    first = "qkv" if fused else "mixed"  # the epilogue's conv output, or the rows the conv kernel reads
+    projections = [("in_proj_qkv", first, (B, m.conv_dim)), ("in_proj_z", "z", (B, hv * dv))]
+    projections += [("in_proj_b", "b", (B, hv)), ("in_proj_a", "a", (B, hv))]
+    qkv, z, b, a = p.project(projections, **(conv if fused else {}))
+    if not fused:  # the projection's rows go through the conv kernel
+        mixed, qkv = qkv, p.act("qkv", B, m.conv_dim)
+        p.launch("causal_conv1d_silu", x=mixed, weight="conv1d", state=conv_state, slots="slots", y=qkv)
+    o = p.act("o", B, hv * dv)
+    gates = {"a": a, "b": b, "A": "A", "dt_bias": "dt_bias"}
+    p.launch("delta_rule_fused", qkv=qkv, **gates, state="rec_state", slots="slots", o=p.view(o, B, hv, dv))
+    out = p.act("out", B, m.hidden)
+    if fused:
+        p.launch("gemv_out_proj_norm", w="out_proj", x=o, z=z, norm_weight="norm", y=out)
+    else:
+        y = p.act("normed", B, hv * dv)
+        heads = {"o": p.view(o, B, hv, dv), "z": p.view(z, B, hv, dv), "w": "norm", "y": p.view(y, B, hv, dv)}
+        p.launch("gated_rmsnorm", **heads)
+        p.launch("gemv_out_proj", w="out_proj", x=y, y=out)
+    return p.done(out)
+
+
+def attention(cfg: DecodeConfig) -> Plan:
+    """projections -> split q/gate -> q/k RMSNorm -> RoPE -> KV scatter -> decode attention (split-KV + reduce with
+    `fusions.split_kv`) -> sigmoid gate -> o_proj."""
+    m, B = cfg.model, cfg.batch
+    hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
+    p = _Builder("attention", cfg, "qkv_proj")
+    for cache in ("k_cache", "v_cache"):
+        p.state(cache, cfg.slots, cfg.max_len, hkv, d)
+    projections = [("q_proj", "q_gate", (B, hq, 2 * d)), ("k_proj", "k", (B, hkv, d)), ("v_proj", "v", (B, hkv, d))]
+    qg, k, v = p.project(projections)
+    q, gate = p.act("q", B, hq, d), p.act("gate", B, hq, d)
+    qn, kn = p.act("q_normed", B, hq, d), p.act("k_normed", B, hkv, d)
+    qr, kr = p.act("q_rotated", B, hq, d), p.act("k_rotated", B, hkv, d)
+    attn, gated = p.act("attended", B, hq, d), p.act("gated", B, hq, d)
+    index = {"slots": "slots", "positions": "positions"}
+    p.launch("split_interleaved", src=qg, q=q, gate=gate)
+    p.launch("per_head_rmsnorm", q=q, k=k, q_norm="q_norm", k_norm="k_norm", q_out=qn, k_out=kn)
+    p.launch("partial_neox_rope_indirect", q=qn, k=kn, positions="positions", q_out=qr, k_out=kr)
+    caches = {"k_cache": "k_cache", "v_cache": "v_cache", **index}
+    p.launch("kv_row_scatter_indirect", k=kr, v=v, **caches)
+    if fusions(cfg).split_kv:
+        ns = cfg.n_splits
+        partials = {"m": p.act("split_max", B, hq, ns), "l": p.act("split_sum", B, hq, ns)}
+        partials["acc"] = p.act("split_acc", B, hq, ns, d)
+        p.launch("decode_attention_split", q=qr, **caches, **partials)
+        p.launch("decode_attention_reduce", **partials, **index, out=attn)
+    else:
+        p.launch("decode_attention_indirect", q=qr, **caches, out=attn)
+    p.launch("sigmoid_gate", x=attn, gate=gate, y=gated)
+    out = p.act("out", B, m.hidden)
+    p.launch("gemv_o_proj", w="o_proj", x=p.view(gated, B, hq * d), y=out)
+    return p.done(out)
+
+
+PLANS = {"gdn": gdn, "attention": attention}
+
+
+def layer_kinds(cfg: DecodeConfig) -> tuple[str, ...]:
+    """The layer kinds of `cfg`'s model, in `PLANS` order."""
+    present = set(cfg.model.layer_types)
+    return tuple(kind for kind in PLANS if kind in present)
+
+
+def step_ops(cfg: DecodeConfig, kinds: Iterable[str] | None = None) -> list[str]:
+    """The registry ops a step of `cfg` launches (the plans of `kinds`, default every kind of its model), in
+    first-launch order: what `make tune` and `make build` cover by default."""
+    kinds = layer_kinds(cfg) if kinds is None else tuple(kinds)
+    return list(dict.fromkeys(op for kind in kinds for op in PLANS[kind](cfg).ops))
