@@ -25,10 +25,10 @@ from gdn_tvm.registry import OPS, Op
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.signature import bind, sample, visible
-from gdn_tvm.target import cuda
+from gdn_tvm.target import cuda, gpu_spec
 from gdn_tvm.traffic import rotating_sets, traffic
 
-PEAK_GBPS = 4300.0
+GPU = gpu_spec(cuda())  # the GPU the benchmarks rate against (its measured copy peak)
 
 
 def inputs(
@@ -170,7 +170,7 @@ def bench_op(
     """Hand kernel, the other TVM kernels given (`tuned`, `dlight`: timed and checked against the hand kernel),
     PyTorch eager and, for the delta rule, fla."""
     nbytes = traffic(op, cfg)
-    sets = rotating_sets(nbytes)
+    sets = rotating_sets(nbytes, GPU)
     value_sets = input_sets(op, cfg, rng, sets)
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
     row["tvm_us"] = time_kernel(kernel, value_sets)
@@ -192,7 +192,7 @@ def bench_op(
     for k in ("tvm_us", "tuned_us", "dlight_us", "torch_us", "fla_us"):
         if k in row:
             row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
-    row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / PEAK_GBPS, 1)
+    row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / GPU.peak_gbps, 1)
     return row
 
 
@@ -234,7 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     floor = empty_launch_us()
     print(f"empty kernel (graph-replayed): {floor:.2f} us", flush=True)
     results = Results(
-        args.out, "benchmarks.run", argv, preset=args.preset, peak_gbps=PEAK_GBPS, empty_launch_us=floor, compilers={}
+        args.out,
+        "benchmarks.run",
+        argv,
+        preset=args.preset,
+        peak_gbps=GPU.peak_gbps,
+        empty_launch_us=floor,
+        compilers={},
     )
     for batch in args.batches:
         cfg = op_config(args.preset, batch)

@@ -23,7 +23,7 @@ import tvm
 from benchmarks import torch_ops
 from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_config
 from benchmarks.record import Results
-from benchmarks.run import PEAK_GBPS, build_compiler, kernels_for, library_kernels, schedule_summary
+from benchmarks.run import GPU, build_compiler, kernels_for, library_kernels, schedule_summary
 from benchmarks.timing import time_eager, time_launch
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
@@ -124,9 +124,9 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     ref = TorchStack(stack)
     tx, tpos, tslots = (torch.from_numpy(a).cuda() for a in (x, pos, slots))
     torch_us = time_eager(lambda _: ref.step(tx, tpos, tslots, position + 1), 1)
-    floor = weight_bytes / (PEAK_GBPS * 1e3)
+    floor = weight_bytes / (GPU.peak_gbps * 1e3)
     moved = weight_bytes + state_bytes(stack, position)
-    bytes_floor = moved / (PEAK_GBPS * 1e3)
+    bytes_floor = moved / (GPU.peak_gbps * 1e3)
     row = {
         "what": label, "preset": cfg.model.name, "batch": cfg.batch, "layers": len(types),
         "eager_us": round(eager, 2), "graph_us": round(graph, 2), "torch_eager_us": round(torch_us, 2),
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuned", help="build root of tuned modules: used for the configs it holds (rows say which)")
     args = p.parse_args(argv)
     results = Results(
-        args.out, "benchmarks.steps", argv, peak_gbps=PEAK_GBPS, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2
+        args.out, "benchmarks.steps", argv, peak_gbps=GPU.peak_gbps, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2
     )
     for name in args.presets:
         for batch in args.batches:

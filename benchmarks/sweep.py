@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.configs import op_config
-from benchmarks.run import input_sets, time_kernel
+from benchmarks.run import GPU, input_sets, time_kernel
 from benchmarks.timing import gbps
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.registry import OPS
@@ -37,7 +37,7 @@ def sweep(
     if position is not None and not 0 <= position < cfg.max_len:
         raise ValueError(f"position {position} is outside the cache's {cfg.max_len} rows")
     nbytes = traffic(op, cfg)
-    sets = rotating_sets(nbytes)
+    sets = rotating_sets(nbytes, GPU)
     value_sets = input_sets(op, cfg, rng, sets, position=position)
     rows = []
     for combo in knob_grid(op, "cuda"):

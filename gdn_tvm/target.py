@@ -1,30 +1,88 @@
-"""Compilation targets: llvm for the CPU path, sm_90 CUDA for the H200."""
+"""Compilation targets (llvm for the CPU path, sm_90 CUDA for the H200) and the one home of GPU facts.
+
+A `GpuSpec` holds what schedules, layout rules, the tuner's timing and the benchmarks need to know of a GPU. The
+CUDA target is built from it, and `gpu_spec(target)` reads it back from the target: its attributes where TVM has
+them (shared memory, L2, warp size), the rest (SMs, threads an SM holds, copy bandwidth) from the row of `GPUS`
+named by the target's `model`.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import tvm
 
-H200 = {
-    "kind": "cuda",
-    "arch": "sm_90",
-    "max_threads_per_block": 1024,
-    "max_shared_memory_per_block": 49152,
-    "thread_warp_size": 32,
-    "registers_per_block": 65536,
-    "l2_cache_size_bytes": 52428800,
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU's facts. `peak_gbps`: the copy bandwidth the benchmarks rate against (measured, not the datasheet's)."""
+
+    model: str
+    arch: str
+    sms: int
+    threads_per_sm: int
+    max_threads_per_block: int
+    shared_memory_per_block: int  # bytes a CTA may take without opting in
+    registers_per_block: int
+    l2_bytes: int
+    peak_gbps: float
+    warp: int = 32
+
+    @property
+    def resident_threads(self) -> int:
+        """Threads the whole GPU holds at once: one wave."""
+        return self.sms * self.threads_per_sm
+
+
+GPUS = {
+    # H200 SXM: 132 SMs of 2048 threads, 50 MiB L2; 4.3 TB/s is the measured copy peak (a float4 vector add reached
+    # 4.09 TB/s; the datasheet says 4.8).
+    "h200": GpuSpec("h200", "sm_90", 132, 2048, 1024, 49152, 65536, 50 * 2**20, 4300.0),
 }
+DEFAULT_GPU = GPUS["h200"]
+
+
+def cuda(num_cores: int | None = None, gpu: GpuSpec = DEFAULT_GPU) -> tvm.target.Target:
+    """The CUDA target of `gpu` (default the H200, sm_90), with an llvm host."""
+    return tvm.target.Target(
+        {
+            "kind": "cuda",
+            "model": gpu.model,
+            "arch": gpu.arch,
+            "max_threads_per_block": gpu.max_threads_per_block,
+            "max_shared_memory_per_block": gpu.shared_memory_per_block,
+            "thread_warp_size": gpu.warp,
+            "registers_per_block": gpu.registers_per_block,
+            "l2_cache_size_bytes": gpu.l2_bytes,
+            "host": {"kind": "llvm", "num-cores": num_cores or os.cpu_count() or 1},
+        }
+    )
+
+
+def gpu_spec(target: tvm.target.Target | None = None) -> GpuSpec:
+    """The spec of a CUDA target (default: `cuda()`'s), checked against the target's own attributes."""
+    target = target or cuda()
+    attrs = target.attrs
+    model = str(attrs.get("model", ""))
+    if model not in GPUS:
+        raise ValueError(f"target {target}: no GPU spec for model {model!r} (known: {', '.join(GPUS)})")
+    spec = GPUS[model]
+    have = {
+        "arch": str(attrs["arch"]),
+        "shared_memory_per_block": int(attrs["max_shared_memory_per_block"]),
+        "l2_bytes": int(attrs["l2_cache_size_bytes"]),
+        "warp": int(attrs["thread_warp_size"]),
+    }
+    wrong = {k: v for k, v in have.items() if getattr(spec, k) != v}
+    if wrong:
+        raise ValueError(f"target {target} disagrees with the {model} spec on {wrong}")
+    return spec
 
 
 def llvm(num_cores: int | None = None) -> tvm.target.Target:
     """The host CPU, parallel over `num_cores` (default: this machine's)."""
     return tvm.target.Target({"kind": "llvm", "num-cores": num_cores or os.cpu_count() or 1})
-
-
-def cuda(num_cores: int | None = None) -> tvm.target.Target:
-    """The H200 (sm_90), with an llvm host."""
-    return tvm.target.Target({**H200, "host": {"kind": "llvm", "num-cores": num_cores or os.cpu_count() or 1}})
 
 
 def gpu_present() -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op
+from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
-L2_BYTES = 50 * 2**20  # H200
 LAUNCHES = 24  # launches per timed CUDA graph, rotating over the input sets
 
 
@@ -27,6 +27,6 @@ def traffic(op: Op, cfg: DecodeConfig) -> int:
     return total
 
 
-def rotating_sets(bytes_per_launch: int) -> int:
-    """Input sets to rotate through so one graph's working set is >= 3x the L2 (at most LAUNCHES)."""
-    return max(1, min(LAUNCHES, -(-3 * L2_BYTES // max(bytes_per_launch, 1))))
+def rotating_sets(bytes_per_launch: int, gpu: GpuSpec = DEFAULT_GPU) -> int:
+    """Input sets to rotate through so one graph's working set is >= 3x `gpu`'s L2 (at most LAUNCHES)."""
+    return max(1, min(LAUNCHES, -(-3 * gpu.l2_bytes // max(bytes_per_launch, 1))))

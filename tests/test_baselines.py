@@ -18,8 +18,8 @@ from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import visible
-from gdn_tvm.target import llvm
-from gdn_tvm.traffic import L2_BYTES, LAUNCHES, rotating_sets, traffic
+from gdn_tvm.target import DEFAULT_GPU, llvm
+from gdn_tvm.traffic import LAUNCHES, rotating_sets, traffic
 from gdn_tvm.verify import TOL_LAYER, TOL_OP, reference_copy
 
 CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
@@ -54,8 +54,8 @@ def test_input_sets_are_distinct_buffers_of_one_sample(rng):
 
 def test_rotating_sets_cover_three_l2s_within_one_graph():
     assert rotating_sets(1) == LAUNCHES  # small ops: as many sets as launches
-    assert rotating_sets(L2_BYTES) == 3
-    assert rotating_sets(3 * L2_BYTES) == rotating_sets(2**40) == 1
+    assert rotating_sets(DEFAULT_GPU.l2_bytes) == 3
+    assert rotating_sets(3 * DEFAULT_GPU.l2_bytes) == rotating_sets(2**40) == 1
 
 
 def test_traffic_counts_touched_state_and_kv_rows():

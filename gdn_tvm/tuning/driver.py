@@ -30,7 +30,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import Op, get, workload_groups
 from gdn_tvm.schedules.gemv import MANY_LANES
 from gdn_tvm.signature import DEVICE_NAMES
-from gdn_tvm.target import device_of
+from gdn_tvm.target import device_of, gpu_spec
 from gdn_tvm.traffic import rotating_sets, traffic
 from gdn_tvm.tuning import measure, records
 from gdn_tvm.tuning.space import design_space, first_line, hand_designs
@@ -163,7 +163,9 @@ class _Tuner:
         db = records.open_db(scratch, w.kind, create=True)
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
         self.runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
-        self.runner.alloc_repeat = rotating_sets(traffic(w.op, w.cfg)) if self.budget.graph else 1
+        self.runner.alloc_repeat = (
+            rotating_sets(traffic(w.op, w.cfg), gpu_spec(self.target)) if self.budget.graph else 1
+        )
         designs, dropped = hand_designs(w, s_tir.Schedule(w.mod))  # [0]: the defaults, i.e. the hand schedule
         searched = prior - len(designs)
         trials = self.trials * (self.deep if flop_bound(w.op, w.cfg) else 1)
