@@ -11,8 +11,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-EPS = 1e-6
-
 
 def causal_conv1d_silu(model, x, weight, state, slots, y, **_):
     idx = slots.long()
@@ -23,7 +21,7 @@ def causal_conv1d_silu(model, x, weight, state, slots, y, **_):
 
 def per_head_l2_norm(model, qkv, qk, **_):
     x = qkv[:, : qk.shape[1] * qk.shape[2]].reshape(qk.shape)
-    qk.copy_(x * torch.rsqrt((x * x).sum(-1, keepdim=True) + EPS))
+    qk.copy_(x * torch.rsqrt((x * x).sum(-1, keepdim=True) + model.l2_norm_eps))
 
 
 def gates(model, a, b, A, dt_bias, g, beta, **_):
@@ -54,7 +52,7 @@ def delta_rule_fused(model, qkv, a, b, A, dt_bias, state, slots, o, **_):
 
 
 def gated_rmsnorm(model, o, z, w, y, **_):
-    y.copy_(o * torch.rsqrt((o * o).mean(-1, keepdim=True) + EPS) * w * F.silu(z))
+    y.copy_(o * torch.rsqrt((o * o).mean(-1, keepdim=True) + model.rms_norm_eps) * w * F.silu(z))
 
 
 def split_interleaved(model, src, q, gate, **_):
@@ -64,8 +62,8 @@ def split_interleaved(model, src, q, gate, **_):
 
 
 def per_head_rmsnorm(model, q, k, q_norm, k_norm, q_out, k_out, **_):
-    q_out.copy_(q * torch.rsqrt((q * q).mean(-1, keepdim=True) + EPS) * q_norm)
-    k_out.copy_(k * torch.rsqrt((k * k).mean(-1, keepdim=True) + EPS) * k_norm)
+    q_out.copy_(q * torch.rsqrt((q * q).mean(-1, keepdim=True) + model.rms_norm_eps) * q_norm)
+    k_out.copy_(k * torch.rsqrt((k * k).mean(-1, keepdim=True) + model.rms_norm_eps) * k_norm)
 
 
 def partial_neox_rope(model, q, k, q_out, k_out, pos=None, positions=None, **_):

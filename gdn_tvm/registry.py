@@ -127,7 +127,7 @@ _CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")
 
 _ENTRIES = [
     _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
-    _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim")),
+    _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim"), ref_params=("l2_norm_eps",)),
     _entry("gates", _dims("batch", "n_v_heads")),
     *(
         _entry(
@@ -135,14 +135,17 @@ _ENTRIES = [
             _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping"),
             name=name,
             ref=name,
-            ref_params=("head_mapping",),
+            ref_params=params,
             fused=fused,
         )
-        for name, fused in (("delta_rule", False), ("delta_rule_fused", True))
+        for name, params, fused in (
+            ("delta_rule", ("head_mapping",), False),
+            ("delta_rule_fused", ("head_mapping", "l2_norm_eps"), True),
+        )
     ),
-    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim")),
+    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim"), ref_params=("rms_norm_eps",)),
     _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
-    _entry("per_head_rmsnorm", _dims(*_ATTN)),
+    _entry("per_head_rmsnorm", _dims(*_ATTN), ref_params=("rms_norm_eps",)),
     *(
         _entry(
             "partial_neox_rope",
@@ -171,9 +174,9 @@ _ENTRIES = [
             ("decode_attention", "decode_attention", (), "unsplit", False),
             ("decode_attention_indirect", "decode_attention", (), "unsplit", True),
             ("decode_attention_split", "decode_attention_split", ("split_len",), "split", True),
-            ("decode_attention_reduce", "decode_attention_reduce", ("split_len",), "reduce", True),
         )
     ),
+    _entry("decode_attention_reduce", _dims(*_CACHE, "split_len"), ref_params=("split_len",)),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
     *(
         _entry(
@@ -193,6 +196,7 @@ _ENTRIES = [
         name="gemv_out_proj_norm",
         ref="gemv_norm",
         key_name="gemv_norm",
+        ref_params=("rms_norm_eps",),
         proj="out_proj",
         norm=True,
     ),

@@ -8,13 +8,11 @@ pieces of the K row once for the G query heads of its kv head, in-thread dot pro
 over the row's lanes (log2(lanes) levels: at 8 lanes, each shuffle serves the 4 positions of a warp), into shared
 memory. Max and sum over the chunk: all threads, cross-thread reductions. Values: `D / (lanes*vector)` rows per V
 row, per-row-group partial sums in registers (rfactor), summed across the groups through shared memory (the thread
-of linear index `i` owns the same elements at either `lanes`). Reduce: one CTA per (lane, head, chunk of D) (the
-definition's `reduce_layout`), split groups on threadIdx.y, float4s of the chunk on threadIdx.x.
+of linear index `i` owns the same elements at either `lanes`). The split partials' reduce is
+`decode_attention_reduce`.
 """
 
 from __future__ import annotations
-
-import math
 
 import tvm
 from tvm import s_tir
@@ -170,19 +168,14 @@ def cuda(
     positions: int | None = None,
     lanes: int | None = None,
     vector: int = 4,
-    reduce_unroll: int = 8,
 ) -> None:
     """warps: warps per CTA (default: `cuda_warps`); positions: positions per warp step (default 8 unsplit, the
     knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
     reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3
     shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
     instead of 2; default 8 for split, the knob-grid winner of all 3 B=1 workloads on the H200, 1.23-1.50x over
-    32); vector: elements per load (4 = 16 bytes); reduce_unroll: splits combined per unrolled step of the reduce
-    stage, which takes only vector and reduce_unroll. Default warps and positions shrink to short chunks
+    32); vector: elements per load (4 = 16 bytes). Default warps and positions shrink to short chunks
     (`_fit_chunk`)."""
-    if stage == "reduce":
-        _cuda_reduce(sch, vector, reduce_unroll)
-        return
     fixed = (warps is not None, positions is not None)
     warps = cuda_warps(cfg, stage, warps, vector)
     positions = positions or (8 if stage == "unsplit" else 4)
@@ -246,72 +239,11 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, WARP])[1], "threadIdx.x")
 
 
-def _unroll(sch: s_tir.Schedule, loop, unroll: int) -> int:
-    """The unroll factor of a reduce loop over a group's splits (a fixed extent): the largest divisor of it that
-    divides `unroll`, so no unrolled step needs a guard and its loads issue unconditionally."""
-    return math.gcd(unroll, int(sch.get(loop).extent))
-
-
-def _cuda_reduce(sch: s_tir.Schedule, vector: int, unroll: int) -> None:
-    """One CTA per (lane, head, chunk of D): threadIdx.y is the split group, threadIdx.x owns a `vector`-wide
-    piece of the chunk.
-
-    Each thread computes its group's max and denominator itself (a few scalars; every thread of the group writes
-    the same value to shared memory) and accumulates its pieces of the group's numerator in registers over the
-    group's splits, `unroll` splits per unrolled step, so groups x unroll loads are in flight per element. After a
-    barrier each thread merges the groups: max and denominator per thread, numerator and output on the threads of
-    group 0 (one vector each)."""
-    sch.bind(sch.fuse(*sch.get_loops(sch.get_sblock("reduce"))[:-1]), "blockIdx.x")
-    for name in ("part_max", "part_den"):
-        blk = sch.get_sblock(name)
-        g, i = sch.get_loops(blk)[-2:]
-        sch.bind(g, "threadIdx.y")
-        io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
-        sch.unroll(ii)
-        write_back = sch.cache_write(blk, 0, "local")  # a register over the loop, then one shared store
-        sch.set_scope(write_back, 0, "shared")
-        sch.reverse_compute_at(write_back, g)
-        sch.decompose_reduction(blk, io)
-
-    blk = sch.get_sblock("part_num")
-    g, d, i = sch.get_loops(blk)[-3:]
-    groups = int(sch.get(g).extent)
-    sch.bind(g, "threadIdx.y")
-    threads = int(sch.get(d).extent) // vector
-    dl, tx, v = sch.split(d, factors=[None, threads, vector])
-    io, ii = sch.split(i, factors=[None, _unroll(sch, i, unroll)])
-    sch.reorder(tx, dl, io, ii, v)
-    sch.bind(tx, "threadIdx.x")
-    sch.unroll(ii)
-    sch.vectorize(v)
-    write_back = sch.cache_write(blk, 0, "local")  # registers; the write-back fills the shared pnum
-    sch.set_scope(write_back, 0, "shared")
-    sch.reverse_compute_at(write_back, tx)
-    sch.vectorize(sch.get_loops(write_back)[-1])
-    sch.decompose_reduction(blk, io)
-
-    for name in ("max", "den"):
-        sch.set_scope(sch.get_sblock(name), 0, "local")
-    b_norm = sch.get_sblock("normalize")
-    _, ty, tx, v = sch.split(sch.get_loops(b_norm)[-1], factors=[None, groups, threads, vector])  # predicated
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
-    sch.vectorize(v)
-    b_num = sch.get_sblock("num")
-    sch.compute_at(b_num, tx)
-    sch.set_scope(b_num, 0, "local")
-    sch.reorder(*sch.get_loops(b_num)[-2:][::-1])  # groups outer, the vector inner
-    sch.vectorize(sch.get_loops(b_num)[-1])
-
-
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool, vector: int = 8) -> None:
-    """Parallel over (lane, kv head[, split]) or (lane, head) for the reduce; inside a chunk the q.k dot products
-    are rfactor-ed into `vector` partial sums (vectorised along D) and the V accumulation runs position-outer,
-    D-inner, so both caches stream contiguously."""
-    outer = sch.get_sblock({"split": "split", "reduce": "reduce"}.get(stage, "unsplit"))
-    sch.parallel(sch.fuse(*sch.get_loops(outer)[:-1]))
-    if stage == "reduce":
-        return
+    """Parallel over (lane, kv head[, split]); inside a chunk the q.k dot products are rfactor-ed into `vector`
+    partial sums (vectorised along D) and the V accumulation runs position-outer, D-inner, so both caches stream
+    contiguously."""
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(stage))[:-1]))
     *_, d = sch.get_loops(sch.get_sblock("score"))
     _, d_in = sch.split(d, factors=[None, vector])
     sch.vectorize(sch.get_loops(sch.rfactor(d_in, factor_axis=0))[-1])

@@ -48,7 +48,7 @@ def test_committed_h200_record_kernel_matches_reference(name, case, rng):
     check_kernel_against_reference(op, cfg, kernel, rng)
 
 
-@pytest.mark.parametrize("name", [n for n in OPS if n.startswith("decode_attention")])
+@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "decode_attention"])
 def test_attention_knob_grid_is_refused_or_right_on_short_chunks(name, rng):
     """Every design of the knob grid at 16-row chunks, shorter than the largest designs' step of warps x positions
     rows, is refused by the schedule or matches the reference: rows past the chunk once stored their scores into the

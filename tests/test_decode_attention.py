@@ -11,9 +11,10 @@ from gdn_tvm.schedules.decode_attention import cuda_warps
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
-from gdn_tvm.ops import decode_attention as decode_attention_ops
-from gdn_tvm.ops.decode_attention import reduce_layout
-from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_reduce, decode_attention_split
+from gdn_tvm.ops import decode_attention_reduce as reduce_ops
+from gdn_tvm.ops.decode_attention_reduce import reduce_layout
+from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_split
+from gdn_tvm.reference.decode_attention_reduce import decode_attention_reduce
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_OP
@@ -132,7 +133,7 @@ def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
     spread over +-150 (a masked split's weight must not overflow to inf, which times 0 is NaN)."""
     cfg = CFG if layout == "chunked" else WIDE
     if layout == "wide-1-group":
-        monkeypatch.setattr(decode_attention_ops, "RESIDENT_THREADS", 1)
+        monkeypatch.setattr(reduce_ops, "RESIDENT_THREADS", 1)
     assert reduce_layout(cfg)[0] == {"chunked": 32, "wide-8-groups": 8, "wide-1-group": 1}[layout]
     shape = (cfg.batch, cfg.model.n_q_heads, cfg.n_splits)
     positions = rng.integers(0, cfg.max_len, cfg.batch).astype(np.int32)

@@ -11,12 +11,31 @@ from gdn_tvm.reference.activations import sigmoid, silu, softplus
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import ArgumentError, sample, visible
 from gdn_tvm.target import llvm
+from gdn_tvm.verify import TOL_OP, mismatch
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("name", OPS)
 def test_op_matches_reference(name, case, rng):
     check_op_against_reference(OPS[name], CASES[case], llvm(), rng)
+
+
+@pytest.mark.parametrize("name", [n for n, op in OPS.items() if any(p.endswith("_eps") for p in op.ref_params)])
+def test_norm_eps_comes_from_the_config(name, rng):
+    """At a norm epsilon other than the presets' 1e-6 (`rms_norm_eps`, `l2_norm_eps`) the kernel matches its
+    reference, and its outputs move away from those of the default-epsilon kernel on the same inputs."""
+    op, cfg = OPS[name], CASES["0.8b-B1"]
+    other = cfg.replace(**{p: 0.5 for p in op.ref_params if p.endswith("_eps")})
+    check_op_against_reference(op, other, llvm(), rng)
+    args = visible(op.signature(cfg))
+    values = {a.name: sample(a, rng) for a in args}
+    outs = []
+    for c in (cfg, other):
+        call = {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+        compile_op(op, c, llvm())(**call)
+        outs.append([call[a.name] for a in args if a.role == "out"])
+    for default, changed in zip(*outs, strict=True):
+        assert mismatch(changed, default, TOL_OP), f"{name}: the epsilon changed no output"
 
 
 def _misaligned(shape: tuple[int, ...]) -> np.ndarray:

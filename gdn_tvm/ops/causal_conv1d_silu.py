@@ -46,8 +46,8 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
             with T.sblock("dot"):
                 vb, vc, vj = T.axis.remap("SSR", [b, c, j])
                 with T.init():
-                    acc[vb, vc] = x[vb, vc] * weight[vc, K - 1]
-                acc[vb, vc] = acc[vb, vc] + state[T.max(slots[vb], 0), vc, vj] * weight[vc, vj]
+                    acc[vb, vc] = newest_tap(x[vb, vc], weight, vc, K)
+                acc[vb, vc] = acc[vb, vc] + window_tap(state, weight, T.max(slots[vb], 0), vc, vj)
         for b, c in T.grid(B, C):
             with T.sblock("conv"):
                 vb, vc = T.axis.remap("SS", [b, c])
@@ -56,9 +56,7 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
         for b, c, j in T.grid(B, C, K - 1):
             with T.sblock("shift"):
                 vb, vc, vj = T.axis.remap("SSS", [b, c, j])
-                shifted[vb, vc, vj] = T.if_then_else(
-                    vj < K - 2, state[T.max(slots[vb], 0), vc, T.min(vj + 1, K - 2)], x[vb, vc]
-                )
+                shifted[vb, vc, vj] = shifted_window(state, x[vb, vc], T.max(slots[vb], 0), vc, vj, K)
         for b, c, j in T.grid(B, C, K - 1):
             with T.sblock("store"):
                 vb, vc, vj = T.axis.remap("SSS", [b, c, j])
@@ -71,3 +69,28 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
 def silu(v):
     """`v * sigmoid(v)`, as `v / (1 + exp(-v))`: a TIR expression."""
     return v / (T.float32(1) + T.exp(-v))
+
+
+def newest_tap(x, weight, c, taps: int):
+    """`x * weight[c, -1]`: the new input's term of the window dot product (the last tap): a TIR expression."""
+    return x * weight[c, taps - 1]
+
+
+def window_tap(state, weight, slot, c, j):
+    """`state[slot, c, j] * weight[c, j]`: the term of stored input `j` (oldest first): a TIR expression."""
+    return state[slot, c, j] * weight[c, j]
+
+
+def window_dot(x, state, weight, slot, c, taps: int):
+    """The whole window dot product unrolled, the new input's term first then the stored ones in order (the "dot"
+    block's init and updates as one expression): a TIR expression."""
+    acc = newest_tap(x, weight, c, taps)
+    for j in range(taps - 1):
+        acc = acc + window_tap(state, weight, slot, c, j)
+    return acc
+
+
+def shifted_window(state, x, slot, c, j, taps: int):
+    """Element `j` of channel `c`'s window shifted left with the new input `x` appended: `state[slot, c, j + 1]`,
+    or `x` at the last element (the clamped index keeps the load in bounds): a TIR expression."""
+    return T.if_then_else(j < taps - 2, state[slot, c, T.min(j + 1, taps - 2)], x)

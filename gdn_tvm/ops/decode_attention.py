@@ -6,10 +6,10 @@ Query head `h` reads kv head `h // G` (`G = Hq // Hkv`); lane `b` attends to row
 Stages (flag `stage`):
   unsplit  one pass over the sequence in chunks of `split_len` rows with an online softmax -> `out`.
   split    per chunk `j` (rows `[j*split_len, (j+1)*split_len)`, only chunks holding a valid row):
-           `m` = max score, `l = sum exp(score - m)`, `acc = sum exp(score - m) * v_t` (unnormalised).
-  reduce   merges the split partials: `out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j`, `M = max_j m_j`.
+           `m` = max score, `l = sum exp(score - m)`, `acc = sum exp(score - m) * v_t` (unnormalised), which the
+           op `decode_attention_reduce` merges into `out`.
 Flag `indirect`: positions come from a device `int32[B]` buffer instead of one scalar `pos` for all lanes
-(split and reduce are indirect only).
+(split is indirect only).
 
 Both unsplit and split compute each chunk `j` of `n = min(split_len, pos_b + 1 - j*split_len)` valid rows with
 the same SBlocks (the schedules' interface), for the query heads `kh*G + g` of kv head `kh`:
@@ -17,8 +17,7 @@ the same SBlocks (the schedules' interface), for the query heads `kh*G + g` of k
   t >= n), sum_out (l), acc_out (acc = sum_t prob_t * v at row min(t, n - 1), reduce over t: no mask around the V
   load, and a row past the sequence is never read).
 split writes m, l, acc; unsplit merges them into its running state (init_state, then per chunk merge_acc,
-merge_sum, merge_max) and ends with normalize. reduce: part_max, part_den, part_num over groups of splits, then
-max, den, num over the groups, normalize (see `_reduce`).
+merge_sum, merge_max) and ends with normalize.
 A chunk processes its valid rows rounded up to whole tiles (`row_tile`), or all `split_len` rows for the split
 stage where `split_len` divides `max_len` (`whole_split`); the extra K rows are masked out of the scores, and
 nothing past the sequence is read from V.
@@ -34,39 +33,41 @@ from tvm.script import tirx as T
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
-STAGES = ("unsplit", "split", "reduce")
+STAGES = ("unsplit", "split")
 TILE_MAX = 64
-REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block per (lane, head) fills the GPU
-RESIDENT_THREADS = 132 * 2048  # H200: threads resident at once; the wide reduce's blocks fit in one wave
 
 
 def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
     """unsplit: q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D], slots [B], pos () or positions [B] -> out [B, Hq, D].
-    split: q, k_cache, v_cache, slots, positions -> m, l [B, Hq, n_splits], acc [B, Hq, n_splits, D].
-    reduce: m, l, acc, slots, positions -> out [B, Hq, D]."""
+    split: q, k_cache, v_cache, slots, positions -> m, l [B, Hq, n_splits], acc [B, Hq, n_splits, D]."""
     _check_flags(stage, indirect)
     m = cfg.model
-    B, Hq, D, ns = cfg.batch, m.n_q_heads, m.head_dim, cfg.n_splits
+    B, Hq, D = cfg.batch, m.n_q_heads, m.head_dim
     cache = (cfg.slots, cfg.max_len, m.n_kv_heads, D)
+    inputs = [Arg("q", (B, Hq, D)), Arg("k_cache", cache), Arg("v_cache", cache), *lane_args(cfg, indirect)]
+    if stage == "split":
+        return inputs + [Arg(p.name, p.shape, role="out") for p in partials(cfg)]
+    return [*inputs, Arg("out", (B, Hq, D), role="out")]
+
+
+def lane_args(cfg: DecodeConfig, indirect: bool) -> list[Arg]:
+    """slots [B] int32 (-1 skips the lane) and the lanes' last rows: positions [B] int32 (indirect) or pos ()."""
+    B, bound = cfg.batch, (0, cfg.max_len)
     slots = Arg("slots", (B,), "int32", role="index", bound=(-1, cfg.slots), slot_pool=True)
-    bound = (0, cfg.max_len)
-    positions = (
-        Arg("positions", (B,), "int32", role="index", bound=bound)
-        if indirect
-        else Arg("pos", (), "int32", role="index", bound=bound)
-    )
-    out = Arg("out", (B, Hq, D), role="out")
-    partials = [
+    if indirect:
+        return [slots, Arg("positions", (B,), "int32", role="index", bound=bound)]
+    return [slots, Arg("pos", (), "int32", role="index", bound=bound)]
+
+
+def partials(cfg: DecodeConfig) -> list[Arg]:
+    """The split stage's partials as inputs: m, l [B, Hq, n_splits] (l at least 1, as a chunk's sum of
+    exponentials whose largest is 1), acc [B, Hq, n_splits, D]."""
+    B, Hq, D, ns = cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim, cfg.n_splits
+    return [
         Arg("m", (B, Hq, ns)),
         Arg("l", (B, Hq, ns), sample=lambda rng, shape: rng.uniform(1.0, cfg.split_len, shape).astype(np.float32)),
         Arg("acc", (B, Hq, ns, D)),
     ]
-    if stage == "reduce":
-        return [*partials, slots, positions, out]
-    inputs = [Arg("q", (B, Hq, D)), Arg("k_cache", cache), Arg("v_cache", cache), slots, positions]
-    if stage == "split":
-        return inputs + [Arg(p.name, p.shape, role="out") for p in partials]
-    return [*inputs, out]
 
 
 def _check_flags(stage: str, indirect: bool) -> None:
@@ -81,8 +82,6 @@ def make_decode_attention(cfg: DecodeConfig, stage: str, indirect: bool):
     _check_flags(stage, indirect)
     if stage == "split":
         return _split(cfg)
-    if stage == "reduce":
-        return _reduce(cfg)
     return _unsplit(cfg, indirect)
 
 
@@ -322,141 +321,3 @@ def _unsplit(cfg: DecodeConfig, indirect: bool):
         body(q, k_cache, v_cache, slots, pos, out)
 
     return decode_attention
-
-
-def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
-    """(split groups, elements of D per block) of the reduce, by its count of (lane, head) rows.
-
-    Few rows (B=1): 32 groups x 64-wide chunks, so a head spreads over D / 64 blocks of 32 groups x 16 float4
-    threads (qwen3.5-4b at 32k on the H200: 6.1 us; one block of 8 groups a head took 23.5 us). Many rows
-    (B=32): one block per (lane, head) of up to 8 groups x all of D (8.8 us at qwen3.5-4b B=32, 4096 positions; the
-    chunked layout took 30.0 us there, its blocks too small), halving the groups until every block is resident at
-    once (`RESIDENT_THREADS`, D/4 threads a group): at B=256, 8 groups made 7.8 waves of 512-thread blocks, each a
-    chain of dependent loads (35.9 us for 38 MB); one group a block, its splits in flight together, is one wave."""
-    B, _, _, Hq, _, D, _, NS = _sizes(cfg)
-    if B * Hq < REDUCE_WIDE_ROWS:
-        return min(32, NS), min(64, D)
-    groups = 8
-    while groups > 1 and B * Hq * groups * (D // 4) > RESIDENT_THREADS:
-        groups //= 2
-    return min(groups, NS), D
-
-
-def _reduce(cfg: DecodeConfig):
-    """Per (lane, head, `DC`-wide chunk of D) one block: the splits fall into `GS` groups (`j = g + GS*i`),
-    those past the valid `j < n` masked (they hold stale values or lie past the buffer: `split`, `valid`); per group a
-    partial max, denominator and numerator (`part_max`, `part_den`, `part_num`), then the groups holding a split
-    (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its head's maxima and
-    denominators (a few scalars a split). The groups are independent chains of loads (one chain over 256 splits
-    took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC` elements per CTA
-    within the thread limit and spread a head over `D / DC` CTAs."""
-    B, _, _, Hq, _, D, SL, NS = _sizes(cfg)
-    GS, DC = reduce_layout(cfg)
-    NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group at most
-
-    def split(g, i, n):
-        """Split `g + GS*i` clamped to the last valid one (`n - 1`, always written, so finite): a group visits all GI
-        of its splits, every load unconditional, and `valid` zeroes the splits past `n`, so nvcc issues a group's
-        loads together, where a load under a branch waited for the one before it (H200 tuner timings against the
-        `if_then_else` form: qwen3.5-4b at 32k 5.49 us against 15.13, B=32 8.17 against 10.81). Stopping at the
-        valid splits instead (a run-time count of unrolled 8-split steps) measured slower: 7.87 us at 32k, 10.40 at
-        B=32, and 41.9 against 40.7 at B=256."""
-        return T.min(g + i * GS, n - 1)
-
-    def valid(g, i, n):
-        """1.0 for a split `< n`, else 0.0."""
-        return T.Cast("float32", g + i * GS < n)
-
-    def weight(m_j, m_max):
-        """`exp(m_j - m_max)` at most 1, so a masked split's term stays finite (exact for the valid ones, `m_j <=
-        m_max`; a group without one has `m_max` near the float minimum and drops out of the merge)."""
-        return T.exp(T.min(m_j - m_max, T.float32(0)))
-
-    @T.prim_func(s_tir=True)
-    def decode_attention_reduce(
-        m: T.Buffer((B, Hq, NS), "float32"),
-        l: T.Buffer((B, Hq, NS), "float32"),
-        acc: T.Buffer((B, Hq, NS, D), "float32"),
-        slots: T.Buffer((B,), "int32"),
-        positions: T.Buffer((B,), "int32"),
-        out: T.Buffer((B, Hq, D), "float32"),
-    ):
-        T.func_attr({"tirx.noalias": True})
-        for b, h, c in T.grid(B, Hq, NC):
-            n = positions[b] // SL + 1  # valid splits
-            for _ in range(T.Select(slots[b] >= 0, 1, 0)):  # skipped lanes exit early
-                with T.sblock("reduce"):
-                    vb, vh, vc = T.axis.remap("SSS", [b, h, c])
-                    pmx = T.sblock_alloc_buffer((B, Hq, NC, GS))
-                    pden = T.sblock_alloc_buffer((B, Hq, NC, GS))
-                    pnum = T.sblock_alloc_buffer((B, Hq, NC, GS, DC))
-                    mx = T.sblock_alloc_buffer((B, Hq, NC))
-                    den = T.sblock_alloc_buffer((B, Hq, NC))
-                    num = T.sblock_alloc_buffer((B, Hq, NC, DC))
-                    for g in range(GS):
-                        for i in range(GI):
-                            with T.sblock("part_max"):
-                                vg = T.axis.spatial(GS, g)
-                                vi = T.axis.reduce(NS, i)
-                                with T.init():
-                                    pmx[vb, vh, vc, vg] = T.min_value("float32")
-                                pmx[vb, vh, vc, vg] = T.max(
-                                    pmx[vb, vh, vc, vg],
-                                    m[vb, vh, split(vg, vi, n)]
-                                    + T.Select(vg + vi * GS < n, T.float32(0), T.min_value("float32")),
-                                )
-                    for g in range(GS):
-                        for i in range(GI):
-                            with T.sblock("part_den"):
-                                vg = T.axis.spatial(GS, g)
-                                vi = T.axis.reduce(NS, i)
-                                with T.init():
-                                    pden[vb, vh, vc, vg] = T.float32(0)
-                                pden[vb, vh, vc, vg] = (
-                                    pden[vb, vh, vc, vg]
-                                    + valid(vg, vi, n)
-                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                    * l[vb, vh, split(vg, vi, n)]
-                                )
-                    for g, d in T.grid(GS, DC):
-                        for i in range(GI):
-                            with T.sblock("part_num"):
-                                vg, vd = T.axis.remap("SS", [g, d])
-                                vi = T.axis.reduce(NS, i)
-                                with T.init():
-                                    pnum[vb, vh, vc, vg, vd] = T.float32(0)
-                                pnum[vb, vh, vc, vg, vd] = (
-                                    pnum[vb, vh, vc, vg, vd]
-                                    + valid(vg, vi, n)
-                                    * weight(m[vb, vh, split(vg, vi, n)], pmx[vb, vh, vc, vg])
-                                    * acc[vb, vh, split(vg, vi, n), vc * DC + vd]
-                                )
-                    for g in range(T.min(GS, n)):  # the groups holding a split (g < n)
-                        with T.sblock("max"):
-                            vg = T.axis.reduce(GS, g)
-                            with T.init():
-                                mx[vb, vh, vc] = T.min_value("float32")
-                            mx[vb, vh, vc] = T.max(mx[vb, vh, vc], pmx[vb, vh, vc, vg])
-                    for g in range(T.min(GS, n)):
-                        with T.sblock("den"):
-                            vg = T.axis.reduce(GS, g)
-                            with T.init():
-                                den[vb, vh, vc] = T.float32(0)
-                            den[vb, vh, vc] = (
-                                den[vb, vh, vc] + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pden[vb, vh, vc, vg]
-                            )
-                    for d, g in T.grid(DC, T.min(GS, n)):
-                        with T.sblock("num"):
-                            vd, vg = T.axis.remap("SR", [d, g])
-                            with T.init():
-                                num[vb, vh, vc, vd] = T.float32(0)
-                            num[vb, vh, vc, vd] = (
-                                num[vb, vh, vc, vd]
-                                + T.exp(pmx[vb, vh, vc, vg] - mx[vb, vh, vc]) * pnum[vb, vh, vc, vg, vd]
-                            )
-                    for d in range(DC):
-                        with T.sblock("normalize"):
-                            vd = T.axis.spatial(DC, d)
-                            out[vb, vh, vc * DC + vd] = num[vb, vh, vc, vd] / den[vb, vh, vc]
-
-    return decode_attention_reduce

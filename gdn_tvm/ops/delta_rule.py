@@ -12,8 +12,9 @@ and "o". A skipped lane (slot -1) reads and writes no state and leaves `o[b]` un
 
 The fused variant (`delta_rule_fused`) also does the two steps before it in the same kernel, so a GDN layer
 launches one kernel where it launched three: per-head L2 norm of q and k (blocks "qk_raw", "qk_sumsq", then
-"qk_head" scales by `rsqrt(sum + eps)`) and the gates ("decay" takes `e = exp(A * softplus(a + dt_bias))`,
-"beta" `sigmoid(b)`). Every CTA of a head recomputes them: Dk-long sums and two scalars.
+"qk_head" scales by `rsqrt(sum + eps)`, eps `cfg.model.l2_norm_eps`) and the gates ("decay" takes
+`e = exp(A * softplus(a + dt_bias))`, "beta" `sigmoid(b)`). Every CTA of a head recomputes them: Dk-long sums and
+two scalars.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.common import sum_of_squares
 from gdn_tvm.ops.gates import log_decay, sample_negative, sample_wide, write_strength
-from gdn_tvm.ops.per_head_l2_norm import EPS
+from gdn_tvm.ops.per_head_l2_norm import l2_normalized
 from gdn_tvm.signature import Arg
 
 
@@ -81,7 +83,7 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
     B, S, Hk, Hv, Dk, Dv, C = cfg.batch, cfg.slots, m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim, m.conv_dim
     group = Hv // Hk if m.head_mapping == "grouped" else 1  # kh = (h // group) % Hk
     v_off = 2 * Hk * Dk
-    scale = float(Dk) ** -0.5
+    scale, l2_eps = float(Dk) ** -0.5, m.l2_norm_eps
 
     @T.macro
     def recurrence(qkh, e, beta, qkv, state, slots, o, state_out):
@@ -155,16 +157,11 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
                 with T.sblock("qk_raw"):
                     vb, vh, vt, vj = T.axis.remap("SSSS", [n, h, t, j])
                     raw[vb, vh, vt, vj] = qkv[vb, (vt * Hk + vh // group % Hk) * Dk + vj]
-            for n, h, t, j in T.grid(B, Hv, 2, Dk):
-                with T.sblock("qk_sumsq"):
-                    vb, vh, vt, vj = T.axis.remap("SSSR", [n, h, t, j])
-                    with T.init():
-                        sumsq[vb, vh, vt] = T.float32(0)
-                    sumsq[vb, vh, vt] = sumsq[vb, vh, vt] + raw[vb, vh, vt, vj] * raw[vb, vh, vt, vj]
+            sum_of_squares("qk_sumsq", (B, Hv, 2, Dk), lambda n, h, t, j: raw[n, h, t, j], sumsq)
             for n, h, t, j in T.grid(B, Hv, 2, Dk):
                 with T.sblock("qk_head"):
                     vb, vh, vt, vj = T.axis.remap("SSSS", [n, h, t, j])
-                    qkh[vb, vh, vt, vj] = raw[vb, vh, vt, vj] * T.rsqrt(sumsq[vb, vh, vt] + T.float32(EPS))
+                    qkh[vb, vh, vt, vj] = l2_normalized(raw[vb, vh, vt, vj], sumsq[vb, vh, vt], l2_eps)
             for n, h in T.grid(B, Hv):
                 with T.sblock("decay"):
                     vb, vh = T.axis.remap("SS", [n, h])

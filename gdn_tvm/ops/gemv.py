@@ -12,7 +12,8 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.causal_conv1d_silu import silu
+from gdn_tvm.ops.causal_conv1d_silu import shifted_window, silu, window_dot
+from gdn_tvm.ops.common import sum_of_squares
 from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
@@ -59,12 +60,7 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
         @T.prim_func(s_tir=True)
         def gemv(w: T.Buffer((N, K), "float32"), x: T.Buffer((B, K), "float32"), y: T.Buffer((B, N), "float32")):
             T.func_attr({"tirx.noalias": True})
-            for b, n, k in T.grid(B, N, K):
-                with T.sblock("gemv"):
-                    vb, vn, vk = T.axis.remap("SSR", [b, n, k])
-                    with T.init():
-                        y[vb, vn] = T.float32(0)
-                    y[vb, vn] = y[vb, vn] + x[vb, vk] * w[vn, vk]
+            _gemv_rows(w, x, y)
 
         return gemv
 
@@ -83,32 +79,27 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
         state_out: T.Buffer((S, C, Kc - 1), "float32"),
     ):
         proj = T.sblock_alloc_buffer((B, N), "float32")
-        for b, n, k in T.grid(B, N, K):
-            with T.sblock("gemv"):
-                vb, vn, vk = T.axis.remap("SSR", [b, n, k])
-                with T.init():
-                    proj[vb, vn] = T.float32(0)
-                proj[vb, vn] = proj[vb, vn] + x[vb, vk] * w[vn, vk]
+        _gemv_rows(w, x, proj)
         for b, n in T.grid(B, N):
             with T.sblock("conv"):
                 vb, vn = T.axis.remap("SS", [b, n])
                 if vn >= C:
                     y[vb, vn] = proj[vb, vn]
                 elif slots[vb] >= 0:
-                    y[vb, vn] = silu(_window_dot(proj[vb, vn], state, conv_weight, T.max(slots[vb], 0), vn, Kc))
+                    y[vb, vn] = silu(window_dot(proj[vb, vn], state, conv_weight, T.max(slots[vb], 0), vn, Kc))
         for b, n, j in T.grid(B, N, Kc - 1):
             with T.sblock("store"):
                 vb, vn, vj = T.axis.remap("SSS", [b, n, j])
                 if vn < C and slots[vb] >= 0:
-                    state_out[slots[vb], vn, vj] = T.if_then_else(
-                        vj < Kc - 2, state[T.max(slots[vb], 0), T.min(vn, C - 1), T.min(vj + 1, Kc - 2)], proj[vb, vn]
+                    state_out[slots[vb], vn, vj] = shifted_window(
+                        state, proj[vb, vn], T.max(slots[vb], 0), T.min(vn, C - 1), vj, Kc
                     )
 
     return gemv_conv
 
 
 def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
-    B, Dv = cfg.batch, cfg.model.head_v_dim
+    B, Dv, eps = cfg.batch, cfg.model.head_v_dim, cfg.model.rms_norm_eps
     if K % Dv:
         raise ValueError(f"{K} inputs are not whole heads of {Dv}")
     H = K // Dv
@@ -124,29 +115,27 @@ def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
         T.func_attr({"tirx.noalias": True})
         sumsq = T.sblock_alloc_buffer((B, H), "float32")
         normed = T.sblock_alloc_buffer((B, K), "float32")
-        for b, h, d in T.grid(B, H, Dv):
-            with T.sblock("sumsq"):
-                vb, vh, vd = T.axis.remap("SSR", [b, h, d])
-                with T.init():
-                    sumsq[vb, vh] = T.float32(0)
-                sumsq[vb, vh] = sumsq[vb, vh] + x[vb, vh * Dv + vd] * x[vb, vh * Dv + vd]
+        sum_of_squares("sumsq", (B, H, Dv), lambda b, h, d: x[b, h * Dv + d], sumsq)
         for b, k in T.grid(B, K):
             with T.sblock("normed"):
                 vb, vk = T.axis.remap("SS", [b, k])
-                normed[vb, vk] = gated_norm(x[vb, vk], sumsq[vb, vk // Dv], norm_weight[vk % Dv], z[vb, vk], Dv)
-        for b, n, k in T.grid(B, N, K):
-            with T.sblock("gemv"):
-                vb, vn, vk = T.axis.remap("SSR", [b, n, k])
-                with T.init():
-                    y[vb, vn] = T.float32(0)
-                y[vb, vn] = y[vb, vn] + normed[vb, vk] * w[vn, vk]
+                normed[vb, vk] = gated_norm(x[vb, vk], sumsq[vb, vk // Dv], norm_weight[vk % Dv], z[vb, vk], Dv, eps)
+        _gemv_rows(w, normed, y)
 
     return gemv_norm
 
 
-def _window_dot(x, state, weight, slot, c, taps: int):
-    """`state[slot, c, :] . weight[c, :-1] + x * weight[c, -1]` over the `taps`-long window: a TIR expression."""
-    acc = x * weight[c, taps - 1]
-    for j in range(taps - 1):
-        acc = acc + state[slot, c, j] * weight[c, j]
-    return acc
+def _gemv_rows(w, x, y) -> None:
+    """Block "gemv", expanded in the calling prim_func body (a fresh macro: see `gdn_tvm.ops.common`):
+    `y[b, n] = sum_k x[b, k] * w[n, k]`; w: [N, K], x: [B, K], y: [B, N] (parameters or scratch buffers)."""
+
+    @T.macro
+    def block():
+        for b, n, k in T.grid(x.shape[0], w.shape[0], w.shape[1]):
+            with T.sblock("gemv"):
+                vb, vn, vk = T.axis.remap("SSR", [b, n, k])
+                with T.init():
+                    y[vb, vn] = T.float32(0)
+                y[vb, vn] = y[vb, vn] + x[vb, vk] * w[vn, vk]
+
+    block()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.common import sum_of_squares
 from gdn_tvm.signature import Arg
 
 
@@ -31,6 +32,10 @@ def make_per_head_rmsnorm(cfg: DecodeConfig):
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
     H, eps = Hq + Hkv, cfg.model.rms_norm_eps
 
+    def rms_normalized(x, sumsq, w):
+        """`x * rsqrt(sumsq / D + eps) * w`: a TIR expression."""
+        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * w
+
     @T.prim_func(s_tir=True)
     def per_head_rmsnorm(
         q: T.Buffer((B, Hq, D), "float32"),
@@ -47,20 +52,13 @@ def make_per_head_rmsnorm(cfg: DecodeConfig):
             with T.sblock("gather"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
                 x[vb, vh, vd] = T.if_then_else(vh < Hq, q[vb, T.min(vh, Hq - 1), vd], k[vb, T.max(vh - Hq, 0), vd])
-        for b, h, d in T.grid(B, H, D):
-            with T.sblock("sumsq"):
-                vb, vh, vd = T.axis.remap("SSR", [b, h, d])
-                with T.init():
-                    ss[vb, vh] = T.float32(0)
-                ss[vb, vh] = ss[vb, vh] + x[vb, vh, vd] * x[vb, vh, vd]
+        sum_of_squares("sumsq", (B, H, D), lambda b, h, d: x[b, h, d], ss)
         for b, h, d in T.grid(B, H, D):
             with T.sblock("norm"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
                 if vh < Hq:
-                    q_out[vb, vh, vd] = x[vb, vh, vd] * T.rsqrt(ss[vb, vh] / T.float32(D) + T.float32(eps)) * q_norm[vd]
+                    q_out[vb, vh, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], q_norm[vd])
                 else:
-                    k_out[vb, vh - Hq, vd] = (
-                        x[vb, vh, vd] * T.rsqrt(ss[vb, vh] / T.float32(D) + T.float32(eps)) * k_norm[vd]
-                    )
+                    k_out[vb, vh - Hq, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], k_norm[vd])
 
     return per_head_rmsnorm

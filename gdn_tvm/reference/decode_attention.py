@@ -1,4 +1,5 @@
-"""decode_attention references: unsplit, split-KV partials and their reduce (float64 numpy, SPEC.md step 6).
+"""decode_attention references: unsplit and split-KV partials (float64 numpy, SPEC.md step 6; their reduce is
+`decode_attention_reduce`).
 
 q: [B, Hq, D]; k_cache, v_cache: [S, L, Hkv, D]; slots: [B] (-1 skips the lane: its outputs stay untouched);
 `pos` (one position for every lane) or `positions`: [B]; lane b attends to rows t < pos_b + 1 of slot slots[b];
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _lanes(slots: np.ndarray, pos) -> list[tuple[int, int, int]]:
+def active_lanes(slots: np.ndarray, pos) -> list[tuple[int, int, int]]:
     """(lane, slot, last valid row) of the active lanes."""
     last = np.broadcast_to(np.asarray(pos), slots.shape)
     return [(b, int(s), int(p)) for b, (s, p) in enumerate(zip(slots, last, strict=True)) if s >= 0]
@@ -31,7 +32,7 @@ def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
 def decode_attention(q, k_cache, v_cache, slots, out, pos=None, positions=None) -> None:
     """out[b, h] = softmax_t(scores) @ v over t <= pos_b (`pos` or `positions`) -> out: [B, Hq, D]."""
     hq = q.shape[1]
-    for b, s, last in _lanes(slots, pos if positions is None else positions):
+    for b, s, last in active_lanes(slots, pos if positions is None else positions):
         sc = _scores(q[b], _head_rows(k_cache, s, slice(0, last + 1), hq))
         p = np.exp(sc - sc.max(-1, keepdims=True))
         out[b] = np.einsum("ht,htd->hd", p / p.sum(-1, keepdims=True), _head_rows(v_cache, s, slice(0, last + 1), hq))
@@ -41,7 +42,7 @@ def decode_attention_split(q, k_cache, v_cache, slots, positions, m, l, acc, *, 
     """Per valid split j: m [B, Hq, n_splits] = max score, l = sum exp(score - m),
     acc [B, Hq, n_splits, D] = sum exp(score - m) v_t. Invalid splits and skipped lanes stay untouched."""
     hq = q.shape[1]
-    for b, s, last in _lanes(slots, positions):
+    for b, s, last in active_lanes(slots, positions):
         for j in range(last // split_len + 1):
             rows = slice(j * split_len, min((j + 1) * split_len, last + 1))
             sc = _scores(q[b], _head_rows(k_cache, s, rows, hq))
@@ -49,12 +50,3 @@ def decode_attention_split(q, k_cache, v_cache, slots, positions, m, l, acc, *, 
             p = np.exp(sc - m[b, :, j, None])
             l[b, :, j] = p.sum(-1)
             acc[b, :, j] = np.einsum("ht,htd->hd", p, _head_rows(v_cache, s, rows, hq))
-
-
-def decode_attention_reduce(m, l, acc, slots, positions, out, *, split_len: int) -> None:
-    """Merge the valid splits j <= pos_b // split_len (the others are never read):
-    out [B, Hq, D] = sum_j w_j acc_j / sum_j w_j l_j with w_j = exp(m_j - max_j m_j)."""
-    for b, _, last in _lanes(slots, positions):
-        n = last // split_len + 1
-        w = np.exp(m[b, :, :n] - m[b, :, :n].max(-1, keepdims=True))
-        out[b] = np.einsum("hj,hjd->hd", w, acc[b, :, :n]) / (w * l[b, :, :n]).sum(-1)[:, None]

@@ -17,8 +17,6 @@ import numpy as np
 from gdn_tvm.config import ModelConfig
 from gdn_tvm.reference.activations import sigmoid, silu, softplus
 
-EPS = 1e-6
-
 
 def gdn_mixer_step(
     m: ModelConfig, w: dict, x: np.ndarray, conv_state: np.ndarray, rec_state: np.ndarray, slots: np.ndarray
@@ -39,8 +37,8 @@ def gdn_mixer_step(
         q = conv[: hk * dk].reshape(hk, dk)
         k = conv[hk * dk : 2 * hk * dk].reshape(hk, dk)
         v = conv[2 * hk * dk :].reshape(hv, dv)
-        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + EPS) / np.sqrt(dk)
-        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + EPS)
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + m.l2_norm_eps) / np.sqrt(dk)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + m.l2_norm_eps)
         o = np.empty((hv, dv))
         for h in range(hv):
             kh = m.key_head(h)
@@ -49,7 +47,7 @@ def gdn_mixer_step(
             state = state + np.outer(d, k[kh])
             rec_state[s, h] = state
             o[h] = state @ q[kh]
-        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + EPS) * w["norm"] * silu(z)
+        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + m.rms_norm_eps) * w["norm"] * silu(z)
         out[b] = w["out_proj"] @ o.reshape(-1)
     return out
 
@@ -85,8 +83,8 @@ def attention_mixer_step(
         q, gate = qg[:, 0], qg[:, 1]
         k = (w["k_proj"] @ x[b]).reshape(hkv, d)
         v = (w["v_proj"] @ x[b]).reshape(hkv, d)
-        q = q / np.sqrt((q * q).mean(-1, keepdims=True) + EPS) * w["q_norm"]
-        k = k / np.sqrt((k * k).mean(-1, keepdims=True) + EPS) * w["k_norm"]
+        q = q / np.sqrt((q * q).mean(-1, keepdims=True) + m.rms_norm_eps) * w["q_norm"]
+        k = k / np.sqrt((k * k).mean(-1, keepdims=True) + m.rms_norm_eps) * w["k_norm"]
         q, k = _rope(q, pos, m), _rope(k, pos, m)
         k_cache[s, pos], v_cache[s, pos] = k, v
         attn = np.empty((hq, d))

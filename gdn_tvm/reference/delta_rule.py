@@ -47,13 +47,16 @@ def delta_rule_fused(
     slots: np.ndarray,
     o: np.ndarray,
     head_mapping: str = "grouped",
+    *,
+    l2_norm_eps: float,
 ) -> None:
     """qkv: [B, C]; a, b: [B, Hv]; A, dt_bias: [Hv]; state: [S, Hv, Dv, Dk], updated in place -> o: [B, Hv, Dv].
 
-    SPEC.md steps 4-6 in one: per_head_l2_norm of the q and k heads of qkv, gates, then delta_rule."""
+    SPEC.md steps 4-6 in one: per_head_l2_norm of the q and k heads of qkv (plus `l2_norm_eps`), gates, then
+    delta_rule."""
     hv, dv, dk = state.shape[1], state.shape[2], state.shape[3]
     qk = np.empty((qkv.shape[0], (qkv.shape[1] - hv * dv) // dk, dk))
     g, beta = np.empty_like(a), np.empty_like(b)
-    per_head_l2_norm(qkv, qk)
+    per_head_l2_norm(qkv, qk, l2_norm_eps=l2_norm_eps)
     gates(a, b, A, dt_bias, g, beta)
     delta_rule(qk, qkv, g, beta, state, slots, o, head_mapping)

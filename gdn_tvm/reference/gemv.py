@@ -24,9 +24,11 @@ def gemv_conv(
     causal_conv1d_silu(proj[:, :c], conv_weight, state, slots, y[:, :c])
 
 
-def gemv_norm(w: np.ndarray, x: np.ndarray, z: np.ndarray, norm_weight: np.ndarray, y: np.ndarray) -> None:
+def gemv_norm(
+    w: np.ndarray, x: np.ndarray, z: np.ndarray, norm_weight: np.ndarray, y: np.ndarray, *, rms_norm_eps: float
+) -> None:
     """w: [N, K]; x, z: [B, K] (K = Hv*Dv); norm_weight: [Dv] -> y[:] = gated_rmsnorm(x, z, norm_weight) @ w.T."""
     heads = (x.shape[0], -1, norm_weight.shape[0])
     normed = np.empty(x.shape).reshape(heads)
-    gated_rmsnorm(x.reshape(heads), z.reshape(heads), norm_weight, normed)
+    gated_rmsnorm(x.reshape(heads), z.reshape(heads), norm_weight, normed, rms_norm_eps=rms_norm_eps)
     y[...] = normed.reshape(x.shape) @ w.T
