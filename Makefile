@@ -17,16 +17,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install gdn_tvm editable with its pinned dependencies
 
-tune: $(STAMP)  ## MetaSchedule-tune every op (default preset, B=1; GPU if present, else llvm) into tuning_logs/; ARGS="--help"
+tune: $(STAMP)  ## MetaSchedule-tune the ops a decode step launches (default preset, B=1; GPU if present, else llvm) into tuning_logs/; ARGS="--help"
 	$(PY) -m gdn_tvm.tuning $(ARGS)
 
-build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<preset>-b<B>-s<S>-l<L>-sl<split>-<target>/ (.so + manifest.json); ARGS="--help"
+build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<target>/<preset>-B<B>-S<S>-L<L>-sl<split>-<mapping>/ (.so + manifest); ARGS="--help"
 	$(PY) -m gdn_tvm.export $(ARGS)
 
 test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
 	$(PYTEST) -n $(JOBS) -q
 
-test-gpu: $(STAMP)  ## the GPU tests only (marker gpu), on the H200 machine
+test-gpu: $(STAMP)  ## the GPU tests only (marker gpu), on a CUDA GPU
 	$(PYTEST) -q -m gpu
 
 RESULTS  ?= build/results
@@ -46,7 +46,7 @@ bench-prebuild: $(STAMP)  ## prebuild the benchmarks' CUDA modules (hand; tuned 
 	$(PY) -m benchmarks.prebuild --out build/bench
 	mkdir -p .device && tar cJf .device/bench.tar.xz -C build bench
 
-lint: $(STAMP)  ## ruff check, format check, mypy on build/runtime/tuning
+lint: $(STAMP)  ## ruff check, format check, mypy (CI runs it)
 	$(PY) -m ruff check gdn_tvm schedules tests benchmarks
 	$(PY) -m ruff format --check gdn_tvm schedules tests benchmarks
 	$(PY) -m mypy

@@ -25,6 +25,7 @@ from benchmarks.configs import (
     op_config,
     step_config,
 )
+from gdn_tvm import naming
 from gdn_tvm.export.artifact import build
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS, workload_groups
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         + [(op_config(OP_PRESET, b), ["delta_rule", "delta_rule_fused"]) for b in DELTA_BATCHES]
         + [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
     ):
-        _, have = wanted.setdefault(cfg.key, (cfg, []))
+        _, have = wanted.setdefault(naming.build(cfg, "cuda"), (cfg, []))
         have.extend(n for n in names if n not in have)
     with tempfile.TemporaryDirectory() as no_logs:
         for cfg, names in wanted.values():
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(records.has_log(Path(args.work_dir) / key) for key in workload_groups(cfg, "cuda", names)):
             build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)
         else:
-            print(f"no tuned build of {cfg.key}: no tuning log", flush=True)
+            print(f"no tuned build of {naming.build(cfg, 'cuda')}: no tuning log", flush=True)
     return 0
 
 

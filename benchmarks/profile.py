@@ -17,6 +17,7 @@ import torch
 
 from benchmarks.configs import OP_PRESET, op_config
 from benchmarks.run import inputs, kernels_for
+from gdn_tvm import naming
 from gdn_tvm.registry import OPS
 
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.launches):
         kernel.launch(values)
     torch.cuda.synchronize()
-    print(f"{args.op} {cfg.key}: {args.launches} launches", flush=True)
+    print(f"{args.op} {naming.build(cfg, 'cuda')}: {args.launches} launches", flush=True)
     return 0
 
 

@@ -18,6 +18,7 @@ from benchmarks import torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
+from gdn_tvm import naming
 from gdn_tvm.codegen.compile import compile_dlight, compile_op
 from gdn_tvm.codegen.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
@@ -41,11 +42,11 @@ def inputs(
     for a in visible(op.signature(cfg)):
         if a.name == "slots":
             v = np.arange(cfg.batch, dtype=np.int32)
-        elif a.name in ("pos", "positions"):
-            v = at if a.is_scalar else np.full(a.shape, at, np.int32)
+        elif a.name == "positions":
+            v = np.full(a.shape, at, np.int32)
         else:
             v = sample(a, rng)
-        values[a.name] = torch.from_numpy(np.nan_to_num(v)).to(device) if isinstance(v, np.ndarray) else v
+        values[a.name] = torch.from_numpy(np.nan_to_num(v)).to(device)
     return values
 
 
@@ -61,7 +62,7 @@ def input_sets(
 
 def clone(values: dict) -> dict:
     """`values` with every tensor copied."""
-    return {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in values.items()}
+    return {n: v.clone() for n, v in values.items()}
 
 
 def fla_delta_rule(cfg: DecodeConfig, values: dict, fused: bool = False):
@@ -126,13 +127,13 @@ def library_kernels(root: str | None, cfg: DecodeConfig, tuned_only: bool = Fals
     try:
         kernels = load(root, cfg, "cuda")
     except ManifestError as err:
-        print(f"no build of {cfg.key} under {root}: {err}", flush=True)
+        print(f"no build of {naming.build(cfg, 'cuda')} under {root}: {err}", flush=True)
         return {}
     if not tuned_only:
         return kernels
     hand = untuned(manifest_functions(root, cfg))
     if hand:
-        print(f"{cfg.key} under {root}: not tuned: {', '.join(hand)}", flush=True)
+        print(f"{naming.build(cfg, 'cuda')} under {root}: not tuned: {', '.join(hand)}", flush=True)
     return {n: k for n, k in kernels.items() if n not in hand}
 
 

@@ -23,6 +23,7 @@ from benchmarks.configs import STEP_MAX_LEN, step_config
 from benchmarks.run import inputs, kernels_for, library_kernels
 from benchmarks.steps import decode_until
 from benchmarks.timing import time_launch
+from gdn_tvm import naming
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
@@ -36,18 +37,18 @@ def benchmark_inputs(op: str, cfg: DecodeConfig, position: int, device: str = "c
     """The op benchmark's random inputs (`benchmarks.run.inputs`, every lane at `position`) as TVM tensors: a torch
     argument would send the launch to torch's stream, outside the runtime's capture."""
     values = inputs(OPS[op], cfg, np.random.default_rng(1), device=device, position=position)
-    return {n: tvm_ffi.from_dlpack(v) if hasattr(v, "__dlpack__") else v for n, v in values.items()}
+    return {n: tvm_ffi.from_dlpack(v) for n, v in values.items()}
 
 
 def swapped_calls(stack: HybridStack, op: str, bench: dict) -> list[tuple[str | None, object, list]]:
     """(label, function, arguments) of `op`'s launch in `stack`'s plan: as planned (label None), with each
-    non-scalar argument in turn replaced by `bench`'s value of it (label: its name), and with all replaced ("all").
+    argument in turn replaced by `bench`'s value of it (label: its name), and with all replaced ("all").
     `bench` holds every visible argument of the op by name (`benchmarks.run.inputs`)."""
     layer = next(layer for layer in stack.layers if op in layer.launched)
     func, planned = layer.launches[layer.launched.index(op)]
     signature = OPS[op].signature(stack.cfg)
     names = [a.alias or a.name for a in signature]  # an alias write side takes its state's value
-    labels = [None, *(a.name for a in visible(signature) if not a.is_scalar), "all"]
+    labels = [None, *(a.name for a in visible(signature)), "all"]
     return [
         (label, func, [bench[n] if label in (n, "all") else v for n, v in zip(names, planned, strict=True)])
         for label in labels
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--decode {args.decode} is outside the cache's {cfg.max_len} rows")
     kinds = [k for k in ("gdn", "attention") if args.op in step_ops(cfg, (k,))]
     if not kinds:
-        p.error(f"--op {args.op} is not launched by a {cfg.key} step (its launches: {', '.join(step_ops(cfg))})")
+        launches = ", ".join(step_ops(cfg))
+        p.error(f"--op {args.op} is not launched by a {naming.build(cfg, 'cuda')} step (its launches: {launches})")
     kernels = library_kernels(args.tuned, cfg) or kernels_for(cfg, step_ops(cfg), args.library)
     stack = HybridStack(cfg, kernels, tvm.cuda(0), layer_types=(kinds[0],), seed=0)
     stack.capture()
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         calls.append((f"kernel compiled here ({mode})", compile_op(OPS[args.op], cfg, cuda()).func, planned))
     rows = []
     for label, func, call in calls:
-        row = {"op": args.op, "key": cfg.key, "position": args.decode, "swapped": label,
+        row = {"op": args.op, "key": naming.build(cfg, "cuda"), "position": args.decode, "swapped": label,
                "us": round(time_launch(func, call), 2)}  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -66,9 +66,9 @@ def per_head_rmsnorm(model, q, k, q_norm, k_norm, q_out, k_out, **_):
     k_out.copy_(k * torch.rsqrt((k * k).mean(-1, keepdim=True) + model.rms_norm_eps) * k_norm)
 
 
-def partial_neox_rope(model, q, k, q_out, k_out, pos=None, positions=None, **_):
+def partial_neox_rope(model, q, k, q_out, k_out, positions, **_):
     half = model.n_rot // 2
-    p = positions.double() if positions is not None else torch.full((q.shape[0],), float(pos), device=q.device).double()
+    p = positions.double()
     inv = model.rope_theta ** (-2.0 * torch.arange(half, device=q.device, dtype=torch.float64) / model.n_rot)
     ang = p[:, None, None] * inv
     cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
@@ -79,9 +79,8 @@ def partial_neox_rope(model, q, k, q_out, k_out, pos=None, positions=None, **_):
         out[..., model.n_rot :] = x[..., model.n_rot :]
 
 
-def kv_row_scatter(model, k, v, k_cache, v_cache, slots, pos=None, positions=None, **_):
-    idx = slots.long()
-    p = positions.long() if positions is not None else torch.full_like(idx, pos)
+def kv_row_scatter(model, k, v, k_cache, v_cache, slots, positions, **_):
+    idx, p = slots.long(), positions.long()
     k_cache[idx, p] = k
     v_cache[idx, p] = v
 

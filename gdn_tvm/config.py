@@ -116,12 +116,6 @@ class DecodeConfig:
             raise ValueError(f"slots={self.slots} must be >= batch={self.batch}")
 
     @property
-    def key(self) -> str:
-        """Names every shape a build depends on: `<preset>-b<B>-s<S>-l<max_len>-sl<split_len>[-tiled]`."""
-        mapping = "" if self.model.head_mapping == "grouped" else f"-{self.model.head_mapping}"
-        return f"{self.model.name}-b{self.batch}-s{self.slots}-l{self.max_len}-sl{self.split_len}{mapping}"
-
-    @property
     def n_splits(self) -> int:
         """Split-KV chunks covering `max_len`."""
         return math.ceil(self.max_len / self.split_len)

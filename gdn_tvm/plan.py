@@ -246,9 +246,9 @@ def attention(cfg: DecodeConfig) -> Plan:
     index = {"slots": "slots", "positions": "positions"}
     p.launch("split_interleaved", src=qg, q=q, gate=gate)
     p.launch("per_head_rmsnorm", q=q, k=k, q_norm="q_norm", k_norm="k_norm", q_out=qn, k_out=kn)
-    p.launch("partial_neox_rope_indirect", q=qn, k=kn, positions="positions", q_out=qr, k_out=kr)
+    p.launch("partial_neox_rope", q=qn, k=kn, positions="positions", q_out=qr, k_out=kr)
     caches = {"k_cache": "k_cache", "v_cache": "v_cache", **index}
-    p.launch("kv_row_scatter_indirect", k=kr, v=v, **caches)
+    p.launch("kv_row_scatter", k=kr, v=v, **caches)
     if fusions(cfg).split_kv:
         ns = cfg.n_splits
         partials = {"m": p.act("split_max", B, hq, ns), "l": p.act("split_sum", B, hq, ns)}
@@ -256,7 +256,7 @@ def attention(cfg: DecodeConfig) -> Plan:
         p.launch("decode_attention_split", q=qr, **caches, **partials)
         p.launch("decode_attention_reduce", **partials, **index, out=attn)
     else:
-        p.launch("decode_attention_indirect", q=qr, **caches, out=attn)
+        p.launch("decode_attention", q=qr, **caches, out=attn)
     p.launch("sigmoid_gate", x=attn, gate=gate, y=gated)
     out = p.act("out", B, m.hidden)
     p.launch("gemv_o_proj", w="o_proj", x=p.view(gated, B, hq * d), y=out)

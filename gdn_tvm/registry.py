@@ -2,7 +2,7 @@
 
 Each `Op` ties a TensorIR factory (`gdn_tvm.ops.<family>.make_<family>`), its signature, the
 float64 numpy reference (`gdn_tvm.reference.<family>`) and the hand schedules per target kind
-(`gdn_tvm.schedules.<family>.{llvm,cuda}`). Variants (indirect positions, split-KV stages, which
+(`gdn_tvm.schedules.<family>.{llvm,cuda}`). Variants (split-KV stages, which
 projection) are flags bound here, so one factory serves all of an op's variants.
 """
 
@@ -15,6 +15,7 @@ from importlib import import_module
 
 from tvm import s_tir, tirx
 
+from gdn_tvm import naming
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
@@ -25,7 +26,8 @@ IN_PLACE_ATTR = "gdn_tvm.in_place"  # compile without no-alias assumptions (see 
 
 @dataclass(frozen=True)
 class Op:
-    """A registry entry; `sizes(cfg)` names every size the compiled kernel depends on."""
+    """A registry entry; `sizes(cfg)` gives every config value its PrimFunc reads, by field name, and nothing else
+    (tests/test_naming.py checks both): the workload key."""
 
     name: str
     family: str
@@ -42,12 +44,11 @@ class Op:
 
     def run_reference(self, cfg: DecodeConfig, values: Mapping[str, object]) -> None:
         """The reference on `values` (float64 copies), with the config fields it needs."""
-        self.reference(**values, **{n: _field(cfg, n) for n in self.ref_params})
+        self.reference(**values, **{n: naming.field(cfg, n) for n in self.ref_params})
 
     def workload_key(self, cfg: DecodeConfig, target_kind: str) -> str:
-        """`<target>/<op>-f32-<sizes>`: names tuning-log folders and build artifacts."""
-        sizes = "-".join(f"{k}{v}" for k, v in self.sizes(cfg).items())
-        return f"{target_kind}/{self.key_name or self.name}-f32-{sizes}"
+        """The workload's name (`naming.workload`): its tuning-log folder and its build's manifest entry."""
+        return naming.workload(target_kind, self.key_name or self.name, self.sizes(cfg))
 
     def definition(self, cfg: DecodeConfig) -> tirx.PrimFunc:
         """The unscheduled PrimFunc, named `main`; marked `IN_PLACE_ATTR` when a state is updated in place."""
@@ -65,32 +66,20 @@ class Op:
         return sch
 
 
-_ABBREV = {
-    "batch": "B", "slots": "S", "max_len": "L", "split_len": "sl", "hidden": "h", "conv_dim": "C",
-    "n_q_heads": "Hq", "n_kv_heads": "Hkv", "n_k_heads": "Hk", "n_v_heads": "Hv", "head_k_dim": "Dk",
-    "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "n_rot": "rot", "rope_theta": "theta",
-    "head_mapping": "",
-}  # fmt: skip
-
-
-def _field(cfg: DecodeConfig, name: str) -> object:
-    return getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.model, name)
-
-
 def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
     def sizes(cfg: DecodeConfig) -> dict[str, object]:
-        return {_ABBREV[n]: _field(cfg, n) for n in names}
+        return {n: naming.field(cfg, n) for n in names}
 
     return sizes
 
 
 def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> dict[str, object]:
     rows, cols = cfg.model.projections[proj]
-    sizes: dict[str, object] = {"B": cfg.batch, "N": rows, "K": cols}
+    sizes: dict[str, object] = {"batch": cfg.batch, "rows": rows, "cols": cols}
     if conv:
         sizes |= _dims("slots", "conv_dim", "conv_kernel")(cfg)
     if norm:
-        sizes |= _dims("head_v_dim")(cfg)
+        sizes |= _dims("head_v_dim", "rms_norm_eps")(cfg)
     return sizes
 
 
@@ -124,59 +113,46 @@ def _entry(
 
 _ATTN = ("batch", "n_q_heads", "n_kv_heads", "head_dim")
 _CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")
+_RECURRENCE = ("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping")
 
 _ENTRIES = [
     _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
-    _entry("per_head_l2_norm", _dims("batch", "conv_dim", "n_k_heads", "head_k_dim"), ref_params=("l2_norm_eps",)),
+    _entry(
+        "per_head_l2_norm",
+        _dims("batch", "conv_dim", "n_k_heads", "head_k_dim", "l2_norm_eps"),
+        ref_params=("l2_norm_eps",),
+    ),
     _entry("gates", _dims("batch", "n_v_heads")),
-    *(
-        _entry(
-            "delta_rule",
-            _dims("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping"),
-            name=name,
-            ref=name,
-            ref_params=params,
-            fused=fused,
-        )
-        for name, params, fused in (
-            ("delta_rule", ("head_mapping",), False),
-            ("delta_rule_fused", ("head_mapping", "l2_norm_eps"), True),
-        )
+    _entry("delta_rule", _dims(*_RECURRENCE), ref_params=("head_mapping",)),
+    _entry(
+        "delta_rule",
+        _dims(*_RECURRENCE, "l2_norm_eps"),
+        name="delta_rule_fused",
+        ref="delta_rule_fused",
+        ref_params=("head_mapping", "l2_norm_eps"),
+        fused=True,
     ),
-    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim"), ref_params=("rms_norm_eps",)),
+    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
     _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
-    _entry("per_head_rmsnorm", _dims(*_ATTN), ref_params=("rms_norm_eps",)),
-    *(
-        _entry(
-            "partial_neox_rope",
-            _dims(*_ATTN, "n_rot", "rope_theta", "max_len"),
-            name=name,
-            ref_params=("rope_theta", "partial_rotary_factor"),
-            indirect=ind,
-        )
-        for name, ind in (("partial_neox_rope", False), ("partial_neox_rope_indirect", True))
+    _entry("per_head_rmsnorm", _dims(*_ATTN, "rms_norm_eps"), ref_params=("rms_norm_eps",)),
+    _entry(
+        "partial_neox_rope", _dims(*_ATTN, "n_rot", "rope_theta"), ref_params=("rope_theta", "partial_rotary_factor")
     ),
-    *(
-        _entry("kv_row_scatter", _dims(*_CACHE), name=name, exact=True, indirect=ind)
-        for name, ind in (("kv_row_scatter", False), ("kv_row_scatter_indirect", True))
+    _entry("kv_row_scatter", _dims("batch", "slots", "max_len", "n_kv_heads", "head_dim"), exact=True),
+    _entry("decode_attention", _dims(*_CACHE, "split_len")),
+    _entry(
+        "decode_attention",
+        _dims(*_CACHE, "split_len"),
+        name="decode_attention_split",
+        ref="decode_attention_split",
+        ref_params=("split_len",),
+        split=True,
     ),
-    *(
-        _entry(
-            "decode_attention",
-            _dims(*_CACHE, "split_len"),
-            name=name,
-            ref=ref,
-            ref_params=params,
-            stage=stage,
-            indirect=ind,
-        )
-        for name, ref, params, stage, ind in (
-            ("decode_attention", "decode_attention", (), "unsplit", False),
-            ("decode_attention_indirect", "decode_attention", (), "unsplit", True),
-            ("decode_attention_split", "decode_attention_split", ("split_len",), "split", True),
-        )
+    _entry(
+        "decode_attention_reduce",
+        _dims("batch", "n_q_heads", "head_dim", "split_len", "n_splits"),
+        ref_params=("split_len",),
     ),
-    _entry("decode_attention_reduce", _dims(*_CACHE, "split_len"), ref_params=("split_len",)),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
     *(
         _entry(

@@ -5,7 +5,7 @@ A signature is the ordered list of a PrimFunc's parameters as `Arg`s. Roles:
   out      output, fully written by the kernel   state    pool updated in place (conv, recurrent, KV)
   index    int32 slots or positions, checked against `bound` (slot -1 means "skip this lane")
 An `Arg` with `alias` is the write side of an in-place state: the caller passes the state once and
-the launcher binds it to both parameters. Scalars have `shape == ()`.
+the launcher binds it to both parameters.
 
 Only numpy is needed here, so the runtime can import it without the TVM compiler.
 """
@@ -53,10 +53,6 @@ class Arg:
         if self.bound is None:
             raise ValueError(f"{self.name}: not an index argument")
         return self.bound
-
-    @property
-    def is_scalar(self) -> bool:
-        return self.shape == ()
 
     @property
     def nbytes(self) -> int:
@@ -144,9 +140,6 @@ def check_args(
         raise ArgumentError(f"arguments: missing {sorted(missing)}, unexpected {sorted(extra)}")
     for a in args:
         v = values[a.name]
-        if a.is_scalar:
-            _check_scalar(a, v)
-            continue
         shape = tuple(int(s) for s in getattr(v, "shape", ()))
         if not hasattr(v, "shape"):
             raise ArgumentError(f"{a.name}: expected an array of shape {a.shape}, got {type(v).__name__}")
@@ -168,16 +161,6 @@ def check_args(
                 raise ArgumentError(f"{a.name}: weight holds NaN or inf")
 
 
-def _check_scalar(a: Arg, v: object) -> None:
-    if a.dtype.startswith("int"):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise ArgumentError(f"{a.name}: expected an int, got {type(v).__name__}")
-        if a.bound is not None and not a.bound[0] <= int(v) < a.bound[1]:
-            raise ArgumentError(f"{a.name}={int(v)} is outside [{a.limits[0]}, {a.limits[1]})")
-    elif not isinstance(v, float | int | np.floating) or isinstance(v, bool):
-        raise ArgumentError(f"{a.name}: expected a float, got {type(v).__name__}")
-
-
 def _check_index(a: Arg, host: np.ndarray) -> None:
     lo, hi = a.limits
     bad = (host < lo) | (host >= hi)
@@ -195,7 +178,7 @@ def poisoned(arg: Arg) -> np.ndarray:
     return np.full(arg.shape, np.nan, dtype=arg.dtype)
 
 
-def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
+def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:
     """A fresh random value for an input, weight, state or index argument."""
     if arg.sample is not None:
         return arg.sample(rng, arg.shape)
@@ -205,10 +188,7 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray | int | float:
         lo, hi = arg.limits
         if arg.slot_pool:
             return _sample_slots(rng, arg.shape[0], hi)
-        value = rng.integers(max(lo, 0), hi, size=arg.shape, dtype=np.int32)
-        return int(value) if arg.is_scalar else value
-    if arg.is_scalar:
-        return float(rng.standard_normal())
+        return rng.integers(max(lo, 0), hi, size=arg.shape, dtype=np.int32)
     return rng.standard_normal(arg.shape).astype(arg.dtype)
 
 

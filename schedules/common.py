@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-SMS = 132  # H200 streaming multiprocessors
-
 
 def llvm_elementwise(sch: s_tir.Schedule, block: str, vector: int = 8) -> None:
     """Outer loops fused and parallel, innermost loop split by `vector` and vectorised."""

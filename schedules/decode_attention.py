@@ -18,17 +18,15 @@ import tvm
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
-
-from .common import SMS
+from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
 WARP = 32
-SHARED_BYTES = 48 * 1024
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"warps": (2, 4, 8, 16), "positions": (2, 4, 8), "lanes": (8, 32)}
 UNROLL_ROW_STEPS = 4  # `_unroll_rows`
-SPLIT_LANES = 8  # the split stage's default `lanes`
-SPLIT_WARPS_PER_SM = 64  # the split stage's default warps a CTA stop halving at this many warps an SM (all CTAs)
+SPLIT_LANES = 8  # split's default `lanes`
+SPLIT_WARPS_PER_SM = 64  # split's default warps a CTA stop halving at this many warps an SM (all CTAs)
 
 
 def _lanes(sch: s_tir.Schedule, loop, lanes: int, vector: int):
@@ -56,11 +54,11 @@ def _spread(sch: s_tir.Schedule, loop, rows: int, lanes: int, vector: int) -> No
     sch.vectorize(v)
 
 
-def cuda_warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) -> int:
-    """`warps`, or the most whose shared memory fits: the chunk's scores [G, split_len], q [G, D], the
+def cuda_warps(cfg: DecodeConfig, split: bool, warps: int | None, vector: int, gpu: GpuSpec = DEFAULT_GPU) -> int:
+    """`warps`, or the most whose shared memory fits a CTA of `gpu`: the chunk's scores [G, split_len], q [G, D], the
     per-position-group partial sums [groups, G, D] (+ the running state [2, G, D] for unsplit). For unsplit (from 8),
     the CTA's float4s must also tile the G x D running state evenly: its merge, predicated, would hold barriers
-    inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). The split stage starts from 16 warps
+    inside a condition, which TVM refuses (qwen3.5-27b's G = 6 with 8 warps). split starts from 16 warps
     and halves them (down to 2) until its CTAs hold at most `SPLIT_WARPS_PER_SM` warps an SM, of which about half
     run (at the middle of the cache, where the tuner times it, half the splits exit at once): the knob-grid winners
     of all 5 split workloads on the H200 with 8 lanes a position (B=1 at 4096 rows, 64 and 128 CTAs: 16 warps;
@@ -70,13 +68,13 @@ def cuda_warps(cfg: DecodeConfig, stage: str, warps: int | None, vector: int) ->
     m = cfg.model
     group, d = m.n_q_heads // m.n_kv_heads, m.head_dim
     halves = d // (WARP * vector)
-    extra = 2 * d if stage == "unsplit" else 0
-    w = 16 if stage == "split" else 8
-    while stage == "split" and w > 2 and cfg.batch * m.n_kv_heads * cfg.n_splits * w > SPLIT_WARPS_PER_SM * SMS:
+    extra = 0 if split else 2 * d
+    w = 16 if split else 8
+    while split and w > 2 and cfg.batch * m.n_kv_heads * cfg.n_splits * w > SPLIT_WARPS_PER_SM * gpu.sms:
         w //= 2
     while w > halves and (
-        4 * group * (cfg.split_len + d + w // halves * d + extra) > SHARED_BYTES - 1024
-        or (stage == "unsplit" and group * d % (w * WARP * vector))
+        4 * group * (cfg.split_len + d + w // halves * d + extra) > gpu.shared_memory_per_block - 1024
+        or (not split and group * d % (w * WARP * vector))
     ):
         w //= 2
     return w
@@ -162,33 +160,37 @@ def _cuda_chunk(sch: s_tir.Schedule, cfg: DecodeConfig, warps: int, positions: i
 def cuda(
     sch: s_tir.Schedule,
     cfg: DecodeConfig,
-    stage: str,
-    indirect: bool,
+    split: bool = False,
     warps: int | None = None,
     positions: int | None = None,
     lanes: int | None = None,
     vector: int = 4,
+    gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
-    """warps: warps per CTA (default: `cuda_warps`); positions: positions per warp step (default 8 unsplit, the
-    knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
-    reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3
-    shuffle levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256
-    instead of 2; default 8 for split, the knob-grid winner of all 3 B=1 workloads on the H200, 1.23-1.50x over
-    32); vector: elements per load (4 = 16 bytes). Default warps and positions shrink to short chunks
-    (`_fit_chunk`)."""
+    """warps: warps per CTA (default: `cuda_warps` for `gpu`); positions: positions per warp step (default 8 unsplit,
+    the knob-grid winner of all 8 unsplit workloads on the H200, 1.06-1.18x over 4; 4 split); lanes: threads that
+    reduce one score over D (32: a warp a position; 8, split only: a warp scores 4 positions at once with 3 shuffle
+    levels instead of 5, a thread holding `D / (lanes*vector)` vectors of a K row, 8 float4 at D = 256 instead of 2;
+    default 8 for split, the knob-grid winner of all 3 B=1 workloads on the H200, 1.23-1.50x over 32); vector:
+    elements per load (4 = 16 bytes). Default warps and positions shrink to short chunks (`_fit_chunk`)."""
     fixed = (warps is not None, positions is not None)
-    warps = cuda_warps(cfg, stage, warps, vector)
-    positions = positions or (8 if stage == "unsplit" else 4)
-    lanes = lanes or (SPLIT_LANES if stage == "split" else WARP)
+    warps = cuda_warps(cfg, split, warps, vector, gpu)
+    positions = positions or (4 if split else 8)
+    lanes = lanes or (SPLIT_LANES if split else WARP)
     warps, positions = _fit_chunk(cfg, warps, positions, lanes, vector, fixed)
-    _check_lanes(cfg, stage, positions, lanes, vector)
-    outer = sch.get_sblock(stage)
+    _check_lanes(cfg, split, positions, lanes, vector)
+    outer = sch.get_sblock(_outer(split))
     bx = sch.fuse(*sch.get_loops(outer)[:-1])
     sch.bind(bx, "blockIdx.x")
     sch.annotate(bx, "pragma_unroll_explicit", 0)  # unrolled loops hold allreduces: leave unrolling to nvcc
     b_acc = _cuda_chunk(sch, cfg, warps, positions, lanes, vector)
-    if stage == "unsplit":
+    if not split:
         _cuda_merge(sch, b_acc, warps, vector)
+
+
+def _outer(split: bool) -> str:
+    """The SBlock of one CTA's work: per (lane, kv head, split) or per (lane, kv head)."""
+    return "split" if split else "unsplit"
 
 
 def _fit_chunk(
@@ -212,10 +214,10 @@ def _fit_chunk(
     return warps, positions
 
 
-def _check_lanes(cfg: DecodeConfig, stage: str, positions: int, lanes: int, vector: int) -> None:
+def _check_lanes(cfg: DecodeConfig, split: bool, positions: int, lanes: int, vector: int) -> None:
     """`lanes` 32, or 8 for split; a whole number of positions per row and of rows per V row."""
-    if lanes not in (8, WARP) or (lanes != WARP and stage != "split"):
-        raise ValueError(f"decode_attention {stage}: lanes={lanes}, must be 32 (or 8 for split)")
+    if lanes not in (8, WARP) or (lanes != WARP and not split):
+        raise ValueError(f"decode_attention {_outer(split)}: lanes={lanes}, must be 32 (or 8 for split)")
     if positions * lanes % WARP or cfg.model.head_dim % (lanes * vector):
         raise ValueError(
             f"decode_attention lanes={lanes}: positions={positions} must be a multiple of {WARP // lanes} and "
@@ -239,11 +241,11 @@ def _cuda_merge(sch: s_tir.Schedule, b_acc, warps: int, vector: int) -> None:
         sch.bind(sch.split(loop, factors=[None, WARP])[1], "threadIdx.x")
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, stage: str, indirect: bool, vector: int = 8) -> None:
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, split: bool = False, vector: int = 8) -> None:
     """Parallel over (lane, kv head[, split]); inside a chunk the q.k dot products are rfactor-ed into `vector`
     partial sums (vectorised along D) and the V accumulation runs position-outer, D-inner, so both caches stream
     contiguously."""
-    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(stage))[:-1]))
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(_outer(split)))[:-1]))
     *_, d = sch.get_loops(sch.get_sblock("score"))
     _, d_in = sch.split(d, factors=[None, vector])
     sch.vectorize(sch.get_loops(sch.rfactor(d_in, factor_axis=0))[-1])

@@ -10,15 +10,13 @@ import math
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
-
-from .common import SMS
+from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
 MANY_LANES = 8  # from this many lanes on, each weight element feeds enough multiply-adds that float32 FLOPs bind
 # There, a projection of >= 1024 rows takes at least 16 rows a CTA and one warp per group of 4 rows: the knob-grid
 # winner of 6 of the 8 such B=32 workloads of qwen3.5-0.8b and -4b on the H200, 1.8-2.9x the former default of
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
-MAX_THREADS = 1024  # a CTA's limit: a larger knob combination does not launch (and writes nothing)
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
@@ -66,6 +64,7 @@ def cuda(
     smem_bytes: int = 24576,
     unroll: int = 8,
     rows_per_thread: int | None = None,
+    gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
     """One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
 
@@ -81,7 +80,7 @@ def cuda(
     heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
     the plain GEMV stages x (at least 2 rows a CTA, so there is a stage).
     """
-    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm)
+    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu)
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
     if norm and (rows == 1 or cfg.model.head_v_dim % threads_per_row):
         raise ValueError(f"norm prologue: {rows} rows a CTA, {threads_per_row} threads a row: needs > 1, dividing Dv")
@@ -160,6 +159,7 @@ def cuda_layout(
     smem_bytes: int = 24576,
     rows_per_thread: int | None = None,
     norm: bool = False,
+    gpu: GpuSpec = DEFAULT_GPU,
 ) -> tuple[int, int, int, int, int]:
     """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule
     (`norm`: at least 2 rows a CTA by default).
@@ -174,18 +174,21 @@ def cuda_layout(
     flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
     if rows is None:
         rows = WIDE_ROWS if flop_bound else max(rows_per_thread, 2 if norm and n_rows % 2 == 0 else 1)
-        while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * SMS:
+        while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * gpu.sms:
             rows *= 2
     if rows % rows_per_thread or n_rows % rows:
         raise ValueError(f"{proj}: {rows} rows a CTA do not split into {rows_per_thread} a thread or divide {n_rows}")
     if threads_per_row is None and flop_bound:
         threads_per_row = 32
     elif threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
-        threads_per_row = (1024 if n_rows // rows * b_tiles < SMS else 256) * rows_per_thread // rows
+        threads_per_row = (
+            (gpu.max_threads_per_block if n_rows // rows * b_tiles < gpu.sms else 256) * rows_per_thread // rows
+        )
         while threads_per_row > 32 and (n_cols // vector) % threads_per_row:
             threads_per_row //= 2
-    if rows // rows_per_thread * threads_per_row > MAX_THREADS:
-        raise ValueError(f"{proj}: {rows // rows_per_thread} x {threads_per_row} threads exceed a CTA's {MAX_THREADS}")
+    threads = rows // rows_per_thread * threads_per_row
+    if threads > gpu.max_threads_per_block:  # such a CTA does not launch (and writes nothing)
+        raise ValueError(f"{proj}: {threads} threads exceed a CTA's {gpu.max_threads_per_block}")
     k_steps = math.ceil(n_cols / (threads_per_row * vector))
     if rows == 1:  # x goes straight to registers: no smem chunk
         return rows, threads_per_row, _lane_tile(cfg.batch, batch_tile), k_steps, rows_per_thread

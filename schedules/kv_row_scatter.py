@@ -12,10 +12,10 @@ from .common import cuda_elementwise, llvm_elementwise
 KNOBS = {"threads": (32, 64, 128)}
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False) -> None:
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
     llvm_elementwise(sch, "scatter")
 
 
-def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, threads: int = 32, vector: int = 4) -> None:
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 32, vector: int = 4) -> None:
     """One float4 of k and one of v per thread; B*Hkv*D/(4*threads) CTAs (4 at B=1, Hkv=2)."""
     cuda_elementwise(sch, "scatter", threads, vector)

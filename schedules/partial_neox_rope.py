@@ -5,16 +5,15 @@ from __future__ import annotations
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
-from .common import SMS
-
-MANY_HEADS = 16 * SMS  # (lane, head) warps from which blocks of 4 heads share their angles
+MANY_HEADS_PER_SM = 16  # (lane, head) warps an SM from which blocks of 4 heads share their angles
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
 KNOBS = {"heads_per_block": (1, 2, 4, 0), "shared_angles": (False, True)}
 
 
-def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, vector: int = 8) -> None:
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, vector: int = 8) -> None:
     """cos/sin once per lane and pair; heads in parallel, pairs and copied dims vectorised."""
     rotate, copy = sch.get_sblock("rotate"), sch.get_sblock("copy")
     b, h, i = sch.get_loops(rotate)
@@ -26,10 +25,10 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, indirect: bool = False, vector:
 def cuda(
     sch: s_tir.Schedule,
     cfg: DecodeConfig,
-    indirect: bool = False,
     heads_per_block: int | None = None,
     vector: int = 4,
     shared_angles: bool | None = None,
+    gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
     """Grid (B*(Hq+Hkv)/heads_per_block), block (32, heads_per_block): a warp per head (heads_per_block 0: all
     Hq+Hkv heads of a lane in one block).
@@ -39,10 +38,11 @@ def cuda(
     the first warp computes a block's cos/sin once into shared memory for all its warps: the float64 pow, cos
     and sin are most of the work at large B, and every head of a lane shares them.
 
-    Defaults: a warp a block, each evaluating its own angles; from `MANY_HEADS` warps on, 4 heads a block sharing
-    them (H200 sweep at qwen3.5-4b B=256: 6.29 us against 7.41; at B=1 and B=32 within 3% of the default).
+    Defaults: a warp a block, each evaluating its own angles; from `MANY_HEADS_PER_SM` warps an SM of `gpu`, 4 heads a
+    block sharing them (H200 sweep at qwen3.5-4b B=256: 6.29 us against 7.41; at B=1 and B=32 within 3% of the
+    default).
     """
-    many = cfg.batch * (cfg.model.n_q_heads + cfg.model.n_kv_heads) >= MANY_HEADS
+    many = cfg.batch * (cfg.model.n_q_heads + cfg.model.n_kv_heads) >= MANY_HEADS_PER_SM * gpu.sms
     heads_per_block = (4 if many else 1) if heads_per_block is None else heads_per_block
     shared_angles = many if shared_angles is None else shared_angles
     heads = heads_per_block or cfg.model.n_q_heads + cfg.model.n_kv_heads

@@ -33,7 +33,7 @@ TWINNED = [n for n, op in OPS.items() if torch_ops.baseline(op) is not None and 
 def test_torch_baseline_matches_reference(name, rng):
     op = OPS[name]
     values = inputs(op, CFG, rng, device="cpu")
-    expect = reference_copy({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in values.items()})
+    expect = reference_copy({k: v.numpy() for k, v in values.items()})
     op.run_reference(CFG, expect)
     torch_ops.baseline(op)(CFG.model, seq_len=CFG.max_len, **values)
     for a in visible(op.signature(CFG)):
@@ -45,11 +45,8 @@ def test_input_sets_are_distinct_buffers_of_one_sample(rng):
     """The rotating sets must not share memory (or a graph's launches would hit in L2) but may share values."""
     sets = input_sets(OPS["kv_row_scatter"], CFG, rng, 3, device="cpu")
     for name, value in sets[0].items():
-        if isinstance(value, torch.Tensor):
-            assert len({s[name].data_ptr() for s in sets}) == 3, name
-            assert all(torch.equal(s[name], value) for s in sets[1:]), name
-        else:
-            assert all(s[name] == value for s in sets), name
+        assert len({s[name].data_ptr() for s in sets}) == 3, name
+        assert all(torch.equal(s[name], value) for s in sets[1:]), name
 
 
 def test_rotating_sets_cover_three_l2s_within_one_graph():
@@ -152,7 +149,7 @@ def test_swap_replaces_one_planned_argument_at_a_time():
     bench = swap.benchmark_inputs(op, cfg, 40, device="cpu")
     calls = swap.swapped_calls(stack, op, bench)
     names = [a.alias or a.name for a in OPS[op].signature(cfg)]
-    visible_names = [a.name for a in visible(OPS[op].signature(cfg)) if not a.is_scalar]
+    visible_names = [a.name for a in visible(OPS[op].signature(cfg))]
     assert [label for label, _, _ in calls] == [None, *visible_names, "all"]
     planned = calls[0][2]
     assert planned == stack.layers[0].launches[stack.layers[0].launched.index(op)][1]
@@ -168,7 +165,10 @@ def test_swap_replaces_one_planned_argument_at_a_time():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--op", "decode_attention", "--batch", "32"], "--op decode_attention is not launched by a qwen3.5-4b-b32"),
+        (
+            ["--op", "decode_attention", "--batch", "32"],
+            "--op decode_attention is not launched by a cuda/qwen3.5-4b-B32",
+        ),
         (["--op", "decode_attention_split", "--decode", "4096"], "--decode 4096 is outside the cache's 4096 rows"),
     ],
 )

@@ -77,7 +77,7 @@ def test_split_kv_scores_on_eight_lanes(cfg):
         with cuda():
             nvcc.compile_cuda(src, target_format="cubin", compiler="nvcc")
     with pytest.raises(ValueError, match="unsplit: lanes=8"):
-        OPS["decode_attention_indirect"].schedule(cfg, "cuda", lanes=8)
+        OPS["decode_attention"].schedule(cfg, "cuda", lanes=8)
 
 
 @pytest.mark.parametrize("heads_per_block", [0, 4])
@@ -85,7 +85,7 @@ def test_rope_shared_angles_are_computed_once_per_block(heads_per_block):
     """With `shared_angles` the first warp alone evaluates the float64 angles, into shared memory, and one barrier
     orders them before the rotations (0 heads per block: all 20 heads of a qwen3.5-4b lane in one block)."""
     cfg = CUDA_CASES["4b-B1"]
-    src = cuda_source("partial_neox_rope_indirect", cfg, heads_per_block=heads_per_block, shared_angles=True)
+    src = cuda_source("partial_neox_rope", cfg, heads_per_block=heads_per_block, shared_angles=True)
     threads = 32 * (heads_per_block or cfg.model.n_q_heads + cfg.model.n_kv_heads)
     assert f"__launch_bounds__({threads})" in src and "cos_shared" in src
     assert src.count("__syncthreads()") == 1 and "threadIdx.y) < 1)" in src

@@ -4,6 +4,8 @@ at sequence lengths 1, a split boundary, between and max_len."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import assert_close
@@ -29,7 +31,7 @@ SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, 270, CFG.max_len]
 
 @pytest.fixture(scope="module")
 def kernels():
-    names = ("decode_attention_split", "decode_attention_reduce", "decode_attention_indirect")
+    names = ("decode_attention_split", "decode_attention_reduce", "decode_attention")
     return {n: compile_op(OPS[n], CFG, llvm()) for n in names}
 
 
@@ -86,9 +88,9 @@ def test_split_then_reduce(kernels, rng, seq_len):
     unsplit = np.full(out.shape, np.nan)
     decode_attention(**{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in x.items()}, out=unsplit)
     assert_close(out, unsplit, TOL_OP, "split+reduce vs unsplit reference")
-    direct = np.full(out.shape, np.nan, np.float32)
-    kernels["decode_attention_indirect"](**x, out=direct)
-    assert_close(direct, unsplit, TOL_OP, "unsplit kernel")
+    whole = np.full(out.shape, np.nan, np.float32)
+    kernels["decode_attention"](**x, out=whole)
+    assert_close(whole, unsplit, TOL_OP, "unsplit kernel")
     for b in np.flatnonzero(x["slots"] >= 0):
         assert_close(out[b], _softmax_attention(x, b), TOL_OP, f"split+reduce vs softmax, lane {b}")
 
@@ -117,9 +119,9 @@ def test_rows_past_the_sequence_are_never_used(kernels, rng, seq_len):
     out = np.full(ref.shape, np.nan, np.float32)
     kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
     assert_close(out, ref, TOL_OP, "split+reduce over NaN rows past the sequence")
-    direct = np.full(ref.shape, np.nan, np.float32)
-    kernels["decode_attention_indirect"](**x, out=direct)
-    assert_close(direct, ref, TOL_OP, "unsplit over NaN rows past the sequence")
+    whole = np.full(ref.shape, np.nan, np.float32)
+    kernels["decode_attention"](**x, out=whole)
+    assert_close(whole, ref, TOL_OP, "unsplit over NaN rows past the sequence")
 
 
 def test_reduce_layouts_by_rows():
@@ -133,7 +135,7 @@ def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
     spread over +-150 (a masked split's weight must not overflow to inf, which times 0 is NaN)."""
     cfg = CFG if layout == "chunked" else WIDE
     if layout == "wide-1-group":
-        monkeypatch.setattr(reduce_ops, "RESIDENT_THREADS", 1)
+        monkeypatch.setattr(reduce_ops, "DEFAULT_GPU", dataclasses.replace(reduce_ops.DEFAULT_GPU, sms=1))
     assert reduce_layout(cfg)[0] == {"chunked": 32, "wide-8-groups": 8, "wide-1-group": 1}[layout]
     shape = (cfg.batch, cfg.model.n_q_heads, cfg.n_splits)
     positions = rng.integers(0, cfg.max_len, cfg.batch).astype(np.int32)
@@ -157,7 +159,7 @@ def test_split_warps_follow_the_count_of_ctas():
     """16 warps a CTA while few CTAs (B=1 at 4096 rows: 64 and 128), 8 at 1024 (B=1 at 32k), 2 at 4096 (B=32); the
     shared-memory limit caps qwen3.5-27b (6 query heads a kv head) at 8."""
     warps = {
-        (name, batch, rows): cuda_warps(DecodeConfig(preset(name), batch=batch, max_len=rows), "split", None, 4)
+        (name, batch, rows): cuda_warps(DecodeConfig(preset(name), batch=batch, max_len=rows), True, None, 4)
         for name, batch, rows in [("qwen3.5-0.8b", 1, 4096), ("qwen3.5-4b", 1, 4096), ("qwen3.5-4b", 1, 32768),
                                   ("qwen3.5-4b", 32, 4096), ("qwen3.5-27b", 1, 4096)]
     }  # fmt: skip

@@ -25,7 +25,7 @@ def _inputs(cfg: DecodeConfig, rng: np.random.Generator) -> dict:
 
 def _run(cfg: DecodeConfig, values: dict) -> None:
     """The llvm kernel on aligned copies; `o` and `state` are copied back into `values`."""
-    tensors = {k: tvm.runtime.tensor(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+    tensors = {k: tvm.runtime.tensor(v) for k, v in values.items()}
     compile_op(OP, cfg, llvm())(**tensors)
     for name in ("o", "state"):
         values[name][...] = tensors[name].numpy()

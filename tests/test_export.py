@@ -55,7 +55,7 @@ def test_missing_record_is_an_error_naming_each_workload(tmp_path):
 
 
 def test_allow_hand_builds_counts_and_matches_reference(tmp_path, rng):
-    names = ["sigmoid_gate", "kv_row_scatter", "delta_rule"]  # a scalar `pos`; a state updated in place
+    names = ["sigmoid_gate", "kv_row_scatter", "delta_rule"]  # index buffers; a state updated in place
     lines = []
     path = build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=lines.append)
     manifest = json.loads(path.read_text())

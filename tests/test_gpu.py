@@ -38,14 +38,13 @@ def test_op_on_gpu(name, case, rng):
     check_op_against_reference(OPS[name], GPU_CASES[case], cuda(), rng)
 
 
-@pytest.mark.parametrize("name", ["partial_neox_rope", "partial_neox_rope_indirect"])
-def test_rope_large_positions_on_gpu(name, rng):
-    check_op_against_reference(OPS[name], ROPE_LONG, cuda(), rng)
+def test_rope_large_positions_on_gpu(rng):
+    check_op_against_reference(OPS["partial_neox_rope"], ROPE_LONG, cuda(), rng)
 
 
-@pytest.mark.parametrize("name", ["partial_neox_rope_indirect", "decode_attention_reduce"])
+@pytest.mark.parametrize("name", ["partial_neox_rope", "decode_attention_reduce"])
 def test_large_batch_defaults_on_gpu(name, rng):
-    """RoPE's shared angles (from `MANY_HEADS` warps) and the one-group reduce (one resident wave) at B=256."""
+    """RoPE's shared angles (from `MANY_HEADS_PER_SM` warps an SM) and the one-group reduce (one resident wave) at B=256."""
     check_op_against_reference(OPS[name], WIDE_B, cuda(), rng)
 
 

@@ -14,14 +14,14 @@ from gdn_tvm.registry import OPS
 # and schedules by name (`importlib`), which is the one import this test does not see.
 LAYERS = (
     ("config", "signature", "target"),
-    ("plan", "ops", "reference", "schedules"),
+    ("naming", "plan", "ops", "reference", "schedules"),
     ("registry", "runtime"),
     ("traffic", "verify", "cli"),
     ("codegen",),
     ("tuning",),
     ("export",),
 )
-RUNTIME_NEEDS = {"config", "signature", "plan", "runtime"}  # what a process without the TVM compiler imports
+RUNTIME_NEEDS = {"config", "naming", "signature", "plan", "runtime"}  # what a process without the TVM compiler imports
 TWINS = ("gdn_tvm/ops", "gdn_tvm/reference", "schedules")
 SHARED = {"__init__", "common", "activations", "decode_step"}  # helpers of a folder's ops, the whole-step reference
 

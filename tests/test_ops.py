@@ -31,7 +31,7 @@ def test_norm_eps_comes_from_the_config(name, rng):
     values = {a.name: sample(a, rng) for a in args}
     outs = []
     for c in (cfg, other):
-        call = {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in values.items()}
+        call = {k: np.copy(v) for k, v in values.items()}
         compile_op(op, c, llvm())(**call)
         outs.append([call[a.name] for a in args if a.role == "out"])
     for default, changed in zip(*outs, strict=True):
@@ -51,13 +51,12 @@ def _corruptions(args, cfg):
     for a in args:
         if a.role == "index":
             lo, hi = a.bound
-            bad = hi if a.is_scalar else np.full(a.shape, hi, np.int32)
-            yield a.name, bad, "outside"
+            yield a.name, np.full(a.shape, hi, np.int32), "outside"
             if a.slot_pool and a.shape[0] > 1:
                 yield a.name, np.zeros(a.shape, np.int32), "distinct"
         elif a.role == "weight":
             yield a.name, "nan", "NaN"
-        elif not a.is_scalar and a.role == "in":
+        elif a.role == "in":
             yield a.name, np.zeros(a.shape, np.float64), "dtype"
             yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), np.float32), "shape"
             yield a.name, np.zeros(a.shape[:-1] + (2 * a.shape[-1],), np.float32)[..., ::2], "contiguous"

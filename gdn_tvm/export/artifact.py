@@ -1,5 +1,5 @@
 """`make build`: apply the tuning records strictly, compile every registry op for one target into one shared
-library, and write `manifest.json` beside it (`<out>/<DecodeConfig.key>-<target>/`).
+library, and write `manifest.json` beside it (`<out>/<naming.build(cfg, target)>/`).
 
 A workload without a record is an error naming it, unless `allow_hand`: then its hand schedule is built, and
 the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule. `dlight=True`
@@ -18,13 +18,14 @@ from pathlib import Path
 import tvm
 from tvm import tirx
 
+from gdn_tvm import naming
 from gdn_tvm.codegen import cuda_stub
 from gdn_tvm.codegen.compile import dlight_schedule
 from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import get, workload_groups
-from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, artifact_name
+from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import Workload, workload
 
@@ -104,13 +105,13 @@ def build(
     kind = target.kind.name
     names = step_ops(cfg) if names is None else names
     scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
-    folder = Path(out) / artifact_name(cfg, kind)
+    folder = Path(out) / naming.build(cfg, kind)
     folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{folder.name}.so"
     mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
     manifest = {
         "format": FORMAT,
-        "key": artifact_name(cfg, kind),
+        "key": naming.build(cfg, kind),
         "target": kind,
         "tvm": tvm.__version__,
         "library": library.name,

@@ -1,25 +1,24 @@
 """decode_attention: one query token against a slot's KV cache (GQA), unsplit or split-KV ("flash-decoding").
 
-Query head `h` reads kv head `h // G` (`G = Hq // Hkv`); lane `b` attends to rows `t < pos_b + 1` of cache slot
-`slots[b]`; `slots[b] == -1` skips the lane (no output written). Scores are `q . k_t / sqrt(D)`.
+Query head `h` reads kv head `h // G` (`G = Hq // Hkv`); lane `b` attends to rows `t < positions[b] + 1` of cache
+slot `slots[b]` (both read on the device); `slots[b] == -1` skips the lane (no output written). Scores are
+`q . k_t / sqrt(D)`.
 
-Stages (flag `stage`):
-  unsplit  one pass over the sequence in chunks of `split_len` rows with an online softmax -> `out`.
+Variants (flag `split`):
+  unsplit  (default) one pass over the sequence in chunks of `split_len` rows with an online softmax -> `out`.
   split    per chunk `j` (rows `[j*split_len, (j+1)*split_len)`, only chunks holding a valid row):
            `m` = max score, `l = sum exp(score - m)`, `acc = sum exp(score - m) * v_t` (unnormalised), which the
            op `decode_attention_reduce` merges into `out`.
-Flag `indirect`: positions come from a device `int32[B]` buffer instead of one scalar `pos` for all lanes
-(split is indirect only).
 
-Both unsplit and split compute each chunk `j` of `n = min(split_len, pos_b + 1 - j*split_len)` valid rows with
+Both unsplit and split compute each chunk `j` of `n = min(split_len, positions[b] + 1 - j*split_len)` valid rows with
 the same SBlocks (the schedules' interface), for the query heads `kh*G + g` of kv head `kh`:
   score (q . k_t, reduce over D), chunk_max (over t), max_out (m = scale * max), prob (exp(scale*score - m), 0 for
   t >= n), sum_out (l), acc_out (acc = sum_t prob_t * v at row min(t, n - 1), reduce over t: no mask around the V
   load, and a row past the sequence is never read).
 split writes m, l, acc; unsplit merges them into its running state (init_state, then per chunk merge_acc,
 merge_sum, merge_max) and ends with normalize.
-A chunk processes its valid rows rounded up to whole tiles (`row_tile`), or all `split_len` rows for the split
-stage where `split_len` divides `max_len` (`whole_split`); the extra K rows are masked out of the scores, and
+A chunk processes its valid rows rounded up to whole tiles (`row_tile`), or all `split_len` rows for split
+where `split_len` divides `max_len` (`whole_split`); the extra K rows are masked out of the scores, and
 nothing past the sequence is read from V.
 """
 
@@ -33,30 +32,28 @@ from tvm.script import tirx as T
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
-STAGES = ("unsplit", "split")
 TILE_MAX = 64
 
 
-def signature(cfg: DecodeConfig, stage: str, indirect: bool) -> list[Arg]:
-    """unsplit: q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D], slots [B], pos () or positions [B] -> out [B, Hq, D].
+def signature(cfg: DecodeConfig, split: bool = False) -> list[Arg]:
+    """unsplit: q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D], slots [B], positions [B] -> out [B, Hq, D].
     split: q, k_cache, v_cache, slots, positions -> m, l [B, Hq, n_splits], acc [B, Hq, n_splits, D]."""
-    _check_flags(stage, indirect)
     m = cfg.model
     B, Hq, D = cfg.batch, m.n_q_heads, m.head_dim
     cache = (cfg.slots, cfg.max_len, m.n_kv_heads, D)
-    inputs = [Arg("q", (B, Hq, D)), Arg("k_cache", cache), Arg("v_cache", cache), *lane_args(cfg, indirect)]
-    if stage == "split":
+    inputs = [Arg("q", (B, Hq, D)), Arg("k_cache", cache), Arg("v_cache", cache), *lane_args(cfg)]
+    if split:
         return inputs + [Arg(p.name, p.shape, role="out") for p in partials(cfg)]
     return [*inputs, Arg("out", (B, Hq, D), role="out")]
 
 
-def lane_args(cfg: DecodeConfig, indirect: bool) -> list[Arg]:
-    """slots [B] int32 (-1 skips the lane) and the lanes' last rows: positions [B] int32 (indirect) or pos ()."""
-    B, bound = cfg.batch, (0, cfg.max_len)
-    slots = Arg("slots", (B,), "int32", role="index", bound=(-1, cfg.slots), slot_pool=True)
-    if indirect:
-        return [slots, Arg("positions", (B,), "int32", role="index", bound=bound)]
-    return [slots, Arg("pos", (), "int32", role="index", bound=bound)]
+def lane_args(cfg: DecodeConfig) -> list[Arg]:
+    """slots [B] int32 (-1 skips the lane) and the lanes' last rows, positions [B] int32."""
+    B = cfg.batch
+    return [
+        Arg("slots", (B,), "int32", role="index", bound=(-1, cfg.slots), slot_pool=True),
+        Arg("positions", (B,), "int32", role="index", bound=(0, cfg.max_len)),
+    ]
 
 
 def partials(cfg: DecodeConfig) -> list[Arg]:
@@ -70,19 +67,9 @@ def partials(cfg: DecodeConfig) -> list[Arg]:
     ]
 
 
-def _check_flags(stage: str, indirect: bool) -> None:
-    if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
-    if stage != "unsplit" and not indirect:
-        raise ValueError(f"stage {stage!r} exists only with indirect positions")
-
-
-def make_decode_attention(cfg: DecodeConfig, stage: str, indirect: bool):
-    """The PrimFunc of `stage` (see the module docstring); params in `signature` order."""
-    _check_flags(stage, indirect)
-    if stage == "split":
-        return _split(cfg)
-    return _unsplit(cfg, indirect)
+def make_decode_attention(cfg: DecodeConfig, split: bool = False):
+    """The PrimFunc of split or unsplit (see the module docstring); params in `signature` order."""
+    return _split(cfg) if split else _unsplit(cfg)
 
 
 def _sizes(cfg: DecodeConfig):
@@ -101,18 +88,18 @@ def row_tile(cfg: DecodeConfig) -> int:
     return math.gcd(cfg.split_len, cfg.max_len, TILE_MAX)
 
 
-def whole_split(cfg: DecodeConfig, stage: str) -> bool:
-    """The split stage processes all `split_len` rows of a chunk (a fixed extent), those past the sequence masked,
+def whole_split(cfg: DecodeConfig, split: bool) -> bool:
+    """split processes all `split_len` rows of a chunk (a fixed extent), those past the sequence masked,
     where `split_len` divides `max_len` (no chunk leaves the cache); otherwise, and for unsplit, the valid rows
     rounded up to whole tiles (`row_tile`)."""
-    return stage == "split" and cfg.max_len % cfg.split_len == 0
+    return split and cfg.max_len % cfg.split_len == 0
 
 
-def _chunk(cfg: DecodeConfig, stage: str):
+def _chunk(cfg: DecodeConfig, split: bool):
     """Macro: partials m, l [.., NS] and acc [.., NS, D] of chunk j (its n valid rows) of lane b, kv head kh."""
     _, _, _, Hq, Hkv, D, SL, NS = _sizes(cfg)
     G, scale, tile = Hq // Hkv, T.float32(1.0 / math.sqrt(D)), row_tile(cfg)
-    whole = whole_split(cfg, stage)
+    whole = whole_split(cfg, split)
 
     def padded(n):
         """Rows processed: all `SL` (`whole_split`), or n rounded up to whole tiles."""
@@ -175,7 +162,7 @@ def _chunk(cfg: DecodeConfig, stage: str):
 
 def _split(cfg: DecodeConfig):
     B, S, L, Hq, Hkv, D, SL, NS = _sizes(cfg)
-    chunk = _chunk(cfg, "split")
+    chunk = _chunk(cfg, True)
 
     @T.prim_func(s_tir=True)
     def decode_attention_split(
@@ -202,37 +189,34 @@ def _split(cfg: DecodeConfig):
     return decode_attention_split
 
 
-def _unsplit(cfg: DecodeConfig, indirect: bool):
+def _unsplit(cfg: DecodeConfig):
     B, S, L, Hq, Hkv, D, SL, NC = _sizes(cfg)
     G = Hq // Hkv
-    chunk = _chunk(cfg, "unsplit")
+    chunk = _chunk(cfg, False)
+    cache, f32 = _cache_shape(S, L, Hkv, D), "float32"
 
-    def last_row(pos, b):
-        """The lane's last valid row: `positions[b]` (indirect) or the scalar `pos`."""
-        return pos[b] if indirect else pos
-
-    @T.macro
-    def body(q, k_cache, v_cache, slots, pos, out):
+    @T.prim_func(s_tir=True)
+    def decode_attention(
+        q: T.Buffer((B, Hq, D), f32),
+        k_cache: T.Buffer(cache, f32),
+        v_cache: T.Buffer(cache, f32),
+        slots: T.Buffer((B,), "int32"),
+        positions: T.Buffer((B,), "int32"),
+        out: T.Buffer((B, Hq, D), f32),
+    ):
+        T.func_attr({"tirx.noalias": True})
         for b, kh in T.grid(B, Hkv):
-            last = last_row(pos, b)
+            last = positions[b]
             for _ in range(T.Select(slots[b] >= 0, 1, 0)):  # skipped lanes exit early
                 with T.sblock("unsplit"):
                     vb, vkh = T.axis.remap("SS", [b, kh])
-                    if indirect:
-                        T.reads(
-                            q[vb, vkh * G : vkh * G + G, 0:D],
-                            k_cache[0:S, 0:L, vkh, 0:D],
-                            v_cache[0:S, 0:L, vkh, 0:D],
-                            slots[vb],
-                            pos[vb],
-                        )
-                    else:
-                        T.reads(
-                            q[vb, vkh * G : vkh * G + G, 0:D],
-                            k_cache[0:S, 0:L, vkh, 0:D],
-                            v_cache[0:S, 0:L, vkh, 0:D],
-                            slots[vb],
-                        )
+                    T.reads(
+                        q[vb, vkh * G : vkh * G + G, 0:D],
+                        k_cache[0:S, 0:L, vkh, 0:D],
+                        v_cache[0:S, 0:L, vkh, 0:D],
+                        slots[vb],
+                        positions[vb],
+                    )
                     T.writes(out[vb, vkh * G : vkh * G + G, 0:D])
                     cm = T.sblock_alloc_buffer((B, Hq, NC))
                     cl = T.sblock_alloc_buffer((B, Hq, NC))
@@ -290,34 +274,5 @@ def _unsplit(cfg: DecodeConfig, indirect: bool):
                         with T.sblock("normalize"):
                             vg, vd = T.axis.remap("SS", [g, d])
                             out[vb, vkh * G + vg, vd] = arun[vb, vkh * G + vg, vd] / lrun[vb, vkh * G + vg]
-
-    cache, f32 = _cache_shape(S, L, Hkv, D), "float32"
-    if indirect:
-
-        @T.prim_func(s_tir=True)
-        def decode_attention_indirect(
-            q: T.Buffer((B, Hq, D), f32),
-            k_cache: T.Buffer(cache, f32),
-            v_cache: T.Buffer(cache, f32),
-            slots: T.Buffer((B,), "int32"),
-            positions: T.Buffer((B,), "int32"),
-            out: T.Buffer((B, Hq, D), f32),
-        ):
-            T.func_attr({"tirx.noalias": True})
-            body(q, k_cache, v_cache, slots, positions, out)
-
-        return decode_attention_indirect
-
-    @T.prim_func(s_tir=True)
-    def decode_attention(
-        q: T.Buffer((B, Hq, D), f32),
-        k_cache: T.Buffer(cache, f32),
-        v_cache: T.Buffer(cache, f32),
-        slots: T.Buffer((B,), "int32"),
-        pos: T.int32,
-        out: T.Buffer((B, Hq, D), f32),
-    ):
-        T.func_attr({"tirx.noalias": True})
-        body(q, k_cache, v_cache, slots, pos, out)
 
     return decode_attention

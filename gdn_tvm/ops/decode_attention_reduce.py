@@ -15,9 +15,9 @@ from tvm.script import tirx as T
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.ops.decode_attention import lane_args, partials
 from gdn_tvm.signature import Arg
+from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
 REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block per (lane, head) fills the GPU
-RESIDENT_THREADS = 132 * 2048  # H200: threads resident at once; the wide reduce's blocks fit in one wave
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
@@ -25,25 +25,27 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
     -> out: [B, Hq, D] float32."""
     return [
         *partials(cfg),
-        *lane_args(cfg, indirect=True),
+        *lane_args(cfg),
         Arg("out", (cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim), role="out"),
     ]
 
 
-def reduce_layout(cfg: DecodeConfig) -> tuple[int, int]:
+def reduce_layout(cfg: DecodeConfig, gpu: GpuSpec | None = None) -> tuple[int, int]:
     """(split groups, elements of D per block) of the reduce, by its count of (lane, head) rows.
 
     Few rows (B=1): 32 groups x 64-wide chunks, so a head spreads over D / 64 blocks of 32 groups x 16 float4
     threads (qwen3.5-4b at 32k on the H200: 6.1 us; one block of 8 groups a head took 23.5 us). Many rows
     (B=32): one block per (lane, head) of up to 8 groups x all of D (8.8 us at qwen3.5-4b B=32, 4096 positions; the
     chunked layout took 30.0 us there, its blocks too small), halving the groups until every block is resident at
-    once (`RESIDENT_THREADS`, D/4 threads a group): at B=256, 8 groups made 7.8 waves of 512-thread blocks, each a
-    chain of dependent loads (35.9 us for 38 MB); one group a block, its splits in flight together, is one wave."""
+    once on `gpu` (default `DEFAULT_GPU`; its resident threads, D/4 a group): at B=256, 8 groups made 7.8 waves of
+    512-thread blocks, each a chain of dependent loads (35.9 us for 38 MB); one group a block, its splits in flight
+    together, is one wave."""
+    gpu = gpu or DEFAULT_GPU
     B, Hq, D, NS = cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim, cfg.n_splits
     if B * Hq < REDUCE_WIDE_ROWS:
         return min(32, NS), min(64, D)
     groups = 8
-    while groups > 1 and B * Hq * groups * (D // 4) > RESIDENT_THREADS:
+    while groups > 1 and B * Hq * groups * (D // 4) > gpu.resident_threads:
         groups //= 2
     return min(groups, NS), D
 

@@ -1,8 +1,8 @@
 """kv_row_scatter: append this step's k and v rows to the KV caches of each lane's slot (pure data movement).
 
-`k_cache[slots[b], pos_b] = k[b]`, `v_cache[slots[b], pos_b] = v[b]`, with `pos_b = pos` (direct) or
-`positions[b]` read on the device (`indirect=True`). A lane with `slots[b] == -1` writes nothing.
-The caches are only written here, so they need no alias parameters.
+`k_cache[slots[b], positions[b]] = k[b]`, `v_cache[slots[b], positions[b]] = v[b]`, the positions read on the
+device. A lane with `slots[b] == -1` writes nothing. The caches are only written here, so they need no alias
+parameters.
 """
 
 from __future__ import annotations
@@ -13,55 +13,25 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
 
-def signature(cfg: DecodeConfig, indirect: bool = False) -> list[Arg]:
+def signature(cfg: DecodeConfig) -> list[Arg]:
     """k, v: [B, Hkv, D] float32; k_cache, v_cache: [S, max_len, Hkv, D] float32 (written in place);
-    slots: [B] int32 (-1 skips the lane); pos: int32 scalar (positions: [B] int32 when indirect)."""
+    slots: [B] int32 (-1 skips the lane); positions: [B] int32."""
     B, S, L = cfg.batch, cfg.slots, cfg.max_len
     Hkv, D = cfg.model.n_kv_heads, cfg.model.head_dim
-    position = (
-        Arg("positions", (B,), "int32", role="index", bound=(0, L))
-        if indirect
-        else Arg("pos", (), "int32", role="index", bound=(0, L))
-    )
     return [
         Arg("k", (B, Hkv, D)),
         Arg("v", (B, Hkv, D)),
         Arg("k_cache", (S, L, Hkv, D), role="state"),
         Arg("v_cache", (S, L, Hkv, D), role="state"),
         Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
-        position,
+        Arg("positions", (B,), "int32", role="index", bound=(0, L)),
     ]
 
 
-def make_kv_row_scatter(cfg: DecodeConfig, indirect: bool = False):
+def make_kv_row_scatter(cfg: DecodeConfig):
     B, S, L = cfg.batch, cfg.slots, cfg.max_len
     Hkv, D = cfg.model.n_kv_heads, cfg.model.head_dim
     cache = tuple(T.int64(n) for n in (S, L, Hkv, D))  # int64 indexing: S * max_len * Hkv * D may exceed 2^31
-
-    @T.macro
-    def scatter(k, v, k_cache, v_cache, slots, position):
-        for b, h, d in T.grid(B, Hkv, D):
-            with T.sblock("scatter"):
-                vb, vh, vd = T.axis.remap("SSS", [b, h, d])
-                if slots[vb] >= 0:
-                    k_cache[slots[vb], position(vb), vh, vd] = k[vb, vh, vd]
-                    v_cache[slots[vb], position(vb), vh, vd] = v[vb, vh, vd]
-
-    if indirect:
-
-        @T.prim_func(s_tir=True)
-        def kv_row_scatter_indirect(
-            k: T.Buffer((B, Hkv, D), "float32"),
-            v: T.Buffer((B, Hkv, D), "float32"),
-            k_cache: T.Buffer(cache, "float32"),
-            v_cache: T.Buffer(cache, "float32"),
-            slots: T.Buffer((B,), "int32"),
-            positions: T.Buffer((B,), "int32"),
-        ):
-            T.func_attr({"tirx.noalias": True})
-            scatter(k, v, k_cache, v_cache, slots, lambda b: positions[b])
-
-        return kv_row_scatter_indirect
 
     @T.prim_func(s_tir=True)
     def kv_row_scatter(
@@ -70,9 +40,14 @@ def make_kv_row_scatter(cfg: DecodeConfig, indirect: bool = False):
         k_cache: T.Buffer(cache, "float32"),
         v_cache: T.Buffer(cache, "float32"),
         slots: T.Buffer((B,), "int32"),
-        pos: T.int32,
+        positions: T.Buffer((B,), "int32"),
     ):
         T.func_attr({"tirx.noalias": True})
-        scatter(k, v, k_cache, v_cache, slots, lambda b: pos)
+        for b, h, d in T.grid(B, Hkv, D):
+            with T.sblock("scatter"):
+                vb, vh, vd = T.axis.remap("SSS", [b, h, d])
+                if slots[vb] >= 0:
+                    k_cache[slots[vb], positions[vb], vh, vd] = k[vb, vh, vd]
+                    v_cache[slots[vb], positions[vb], vh, vd] = v[vb, vh, vd]
 
     return kv_row_scatter

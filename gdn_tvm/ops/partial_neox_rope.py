@@ -1,12 +1,11 @@
 """partial_neox_rope: NeoX-style rotary embedding of the first `n_rot` dims of every q and k head, in one kernel.
 
-For `i < n_rot/2`, `theta_i = pos * rope_theta^(-2i/n_rot)` and
+For `i < n_rot/2`, `theta_i = positions[b] * rope_theta^(-2i/n_rot)` (lane `b`'s position, read on the device) and
 `(x_i, x_{i+n_rot/2}) <- (x_i cos - x_{i+n_rot/2} sin, x_i sin + x_{i+n_rot/2} cos)`; dims `>= n_rot` are copied.
 Block "angle" computes `cos`/`sin` per lane and pair with the angle in float64: float32 (or fast-math)
 sin/cos of angles near `2^18` rad are off by far more than the 1e-4 contract. The other blocks iterate a
 combined head axis of `Hq + Hkv` (query heads first) so q and k share one launch: "rotate" handles one
-pair of a head, "copy" one non-rotated element. `indirect=True` reads each lane's position from
-`positions` on the device; otherwise the scalar `pos` applies to every lane.
+pair of a head, "copy" one non-rotated element.
 """
 
 from __future__ import annotations
@@ -17,26 +16,20 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
 
 
-def signature(cfg: DecodeConfig, indirect: bool = False) -> list[Arg]:
-    """q: [B, Hq, D], k: [B, Hkv, D], pos: int32 scalar (positions: [B] int32 when indirect)
-    -> q_out: [B, Hq, D], k_out: [B, Hkv, D]; float32."""
+def signature(cfg: DecodeConfig) -> list[Arg]:
+    """q: [B, Hq, D], k: [B, Hkv, D] float32, positions: [B] int32
+    -> q_out: [B, Hq, D], k_out: [B, Hkv, D] float32."""
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
-    bound = (0, cfg.max_len)
-    position = (
-        Arg("positions", (B,), "int32", role="index", bound=bound)
-        if indirect
-        else Arg("pos", (), "int32", role="index", bound=bound)
-    )
     return [
         Arg("q", (B, Hq, D)),
         Arg("k", (B, Hkv, D)),
-        position,
+        Arg("positions", (B,), "int32", role="index", bound=(0, cfg.max_len)),
         Arg("q_out", (B, Hq, D), role="out"),
         Arg("k_out", (B, Hkv, D), role="out"),
     ]
 
 
-def make_partial_neox_rope(cfg: DecodeConfig, indirect: bool = False):
+def make_partial_neox_rope(cfg: DecodeConfig):
     m = cfg.model
     B, Hq, Hkv, D, n_rot = cfg.batch, m.n_q_heads, m.n_kv_heads, m.head_dim, m.n_rot
     H, half, theta = Hq + Hkv, m.n_rot // 2, m.rope_theta
@@ -45,15 +38,22 @@ def make_partial_neox_rope(cfg: DecodeConfig, indirect: bool = False):
         """float64 `position * theta^(-2i/n_rot)`."""
         return T.cast(position, "float64") * T.pow(T.float64(theta), T.cast(i, "float64") * T.float64(-2 / n_rot))
 
-    @T.macro
-    def rope(q, k, position, q_out, k_out):
+    @T.prim_func(s_tir=True)
+    def partial_neox_rope(
+        q: T.Buffer((B, Hq, D), "float32"),
+        k: T.Buffer((B, Hkv, D), "float32"),
+        positions: T.Buffer((B,), "int32"),
+        q_out: T.Buffer((B, Hq, D), "float32"),
+        k_out: T.Buffer((B, Hkv, D), "float32"),
+    ):
+        T.func_attr({"tirx.noalias": True})
         cos = T.sblock_alloc_buffer((B, half), "float32")
         sin = T.sblock_alloc_buffer((B, half), "float32")
         for b, i in T.grid(B, half):
             with T.sblock("angle"):
                 vb, vi = T.axis.remap("SS", [b, i])
-                cos[vb, vi] = T.Cast("float32", T.cos(angle(position(vb), vi)))
-                sin[vb, vi] = T.Cast("float32", T.sin(angle(position(vb), vi)))
+                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi)))
+                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi)))
         for b, h in T.grid(B, H):
             for i in range(half):
                 with T.sblock("rotate"):
@@ -75,31 +75,5 @@ def make_partial_neox_rope(cfg: DecodeConfig, indirect: bool = False):
                         q_out[vb, vh, n_rot + vd] = q[vb, vh, n_rot + vd]
                     else:
                         k_out[vb, vh - Hq, n_rot + vd] = k[vb, vh - Hq, n_rot + vd]
-
-    if indirect:
-
-        @T.prim_func(s_tir=True)
-        def partial_neox_rope_indirect(
-            q: T.Buffer((B, Hq, D), "float32"),
-            k: T.Buffer((B, Hkv, D), "float32"),
-            positions: T.Buffer((B,), "int32"),
-            q_out: T.Buffer((B, Hq, D), "float32"),
-            k_out: T.Buffer((B, Hkv, D), "float32"),
-        ):
-            T.func_attr({"tirx.noalias": True})
-            rope(q, k, lambda b: positions[b], q_out, k_out)
-
-        return partial_neox_rope_indirect
-
-    @T.prim_func(s_tir=True)
-    def partial_neox_rope(
-        q: T.Buffer((B, Hq, D), "float32"),
-        k: T.Buffer((B, Hkv, D), "float32"),
-        pos: T.int32,
-        q_out: T.Buffer((B, Hq, D), "float32"),
-        k_out: T.Buffer((B, Hkv, D), "float32"),
-    ):
-        T.func_attr({"tirx.noalias": True})
-        rope(q, k, lambda b: pos, q_out, k_out)
 
     return partial_neox_rope

@@ -2,9 +2,9 @@
 `decode_attention_reduce`).
 
 q: [B, Hq, D]; k_cache, v_cache: [S, L, Hkv, D]; slots: [B] (-1 skips the lane: its outputs stay untouched);
-`pos` (one position for every lane) or `positions`: [B]; lane b attends to rows t < pos_b + 1 of slot slots[b];
+positions: [B]; lane b attends to rows t < positions[b] + 1 of slot slots[b];
 query head h reads kv head h // (Hq // Hkv); scores are q . k_t / sqrt(D).
-Split j covers rows [j*split_len, (j+1)*split_len); it is valid for a lane iff j*split_len <= pos_b.
+Split j covers rows [j*split_len, (j+1)*split_len); it is valid for a lane iff j*split_len <= positions[b].
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def active_lanes(slots: np.ndarray, pos) -> list[tuple[int, int, int]]:
+def active_lanes(slots: np.ndarray, positions: np.ndarray) -> list[tuple[int, int, int]]:
     """(lane, slot, last valid row) of the active lanes."""
-    last = np.broadcast_to(np.asarray(pos), slots.shape)
-    return [(b, int(s), int(p)) for b, (s, p) in enumerate(zip(slots, last, strict=True)) if s >= 0]
+    return [(b, int(s), int(p)) for b, (s, p) in enumerate(zip(slots, positions, strict=True)) if s >= 0]
 
 
 def _head_rows(cache: np.ndarray, slot: int, rows: slice, hq: int) -> np.ndarray:
@@ -29,10 +28,10 @@ def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return np.einsum("hd,htd->ht", q, k) / np.sqrt(q.shape[-1])
 
 
-def decode_attention(q, k_cache, v_cache, slots, out, pos=None, positions=None) -> None:
-    """out[b, h] = softmax_t(scores) @ v over t <= pos_b (`pos` or `positions`) -> out: [B, Hq, D]."""
+def decode_attention(q, k_cache, v_cache, slots, positions, out) -> None:
+    """out[b, h] = softmax_t(scores) @ v over t <= positions[b] -> out: [B, Hq, D]."""
     hq = q.shape[1]
-    for b, s, last in active_lanes(slots, pos if positions is None else positions):
+    for b, s, last in active_lanes(slots, positions):
         sc = _scores(q[b], _head_rows(k_cache, s, slice(0, last + 1), hq))
         p = np.exp(sc - sc.max(-1, keepdims=True))
         out[b] = np.einsum("ht,htd->hd", p / p.sum(-1, keepdims=True), _head_rows(v_cache, s, slice(0, last + 1), hq))

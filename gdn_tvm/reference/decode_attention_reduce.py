@@ -9,7 +9,7 @@ from gdn_tvm.reference.decode_attention import active_lanes
 
 def decode_attention_reduce(m, l, acc, slots, positions, out, *, split_len: int) -> None:
     """m, l: [B, Hq, n_splits], acc: [B, Hq, n_splits, D]; slots, positions: [B] -> out: [B, Hq, D].
-    Merge the valid splits j <= pos_b // split_len (the others are never read):
+    Merge the valid splits j <= positions[b] // split_len (the others are never read):
     out = sum_j w_j acc_j / sum_j w_j l_j with w_j = exp(m_j - max_j m_j). Skipped lanes stay untouched."""
     for b, _, last in active_lanes(slots, positions):
         n = last // split_len + 1

@@ -9,14 +9,10 @@ def kv_row_scatter(
     k_cache: np.ndarray,
     v_cache: np.ndarray,
     slots: np.ndarray,
-    pos: int | None = None,
-    positions: np.ndarray | None = None,
+    positions: np.ndarray,
 ) -> None:
-    """k, v: [B, Hkv, D] -> k_cache, v_cache [S, max_len, Hkv, D] row `(slots[b], pos_b)` set in place.
-
-    `pos_b` is `pos` for every lane or `positions[b]`; lanes with `slots[b] == -1` are skipped.
-    """
+    """k, v: [B, Hkv, D] -> k_cache, v_cache [S, max_len, Hkv, D] row `(slots[b], positions[b])` set in place;
+    lanes with `slots[b] == -1` are skipped."""
     lanes = np.flatnonzero(slots >= 0)
-    rows = np.full(len(slots), pos) if positions is None else positions
-    k_cache[slots[lanes], rows[lanes]] = k[lanes]
-    v_cache[slots[lanes], rows[lanes]] = v[lanes]
+    k_cache[slots[lanes], positions[lanes]] = k[lanes]
+    v_cache[slots[lanes], positions[lanes]] = v[lanes]

@@ -8,22 +8,20 @@ from gdn_tvm.config import ModelConfig
 def partial_neox_rope(
     q: np.ndarray,
     k: np.ndarray,
+    positions: np.ndarray,
     q_out: np.ndarray,
     k_out: np.ndarray,
-    pos: int | None = None,
-    positions: np.ndarray | None = None,
     rope_theta: float = ModelConfig.rope_theta,
     partial_rotary_factor: float = ModelConfig.partial_rotary_factor,
 ) -> None:
-    """q: [B, Hq, D], k: [B, Hkv, D] at `pos` (every lane) or `positions` [B] -> q_out[:], k_out[:].
+    """q: [B, Hq, D], k: [B, Hkv, D] at `positions` [B] -> q_out[:], k_out[:].
 
     NeoX rotation of the first `n_rot = D * partial_rotary_factor` dims per head, angles in float64.
     """
-    B, D = q.shape[0], q.shape[-1]
+    D = q.shape[-1]
     n_rot = int(D * partial_rotary_factor)
     half = n_rot // 2
-    lane_pos = np.full(B, pos, dtype=np.float64) if positions is None else positions.astype(np.float64)
-    angle = lane_pos[:, None, None] * rope_theta ** (-2.0 * np.arange(half) / n_rot)  # [B, 1, half]
+    angle = positions.astype(np.float64)[:, None, None] * rope_theta ** (-2.0 * np.arange(half) / n_rot)  # [B, 1, half]
     cos, sin = np.cos(angle), np.sin(angle)
     for x, y in ((q, q_out), (k, k_out)):
         x0, x1 = x[..., :half], x[..., half:n_rot]

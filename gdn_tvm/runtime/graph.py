@@ -1,7 +1,7 @@
 """CUDA-graph capture and replay of a launch plan (cuda-bindings runtime API, no framework needed).
 
 Every TVM launch goes to the stream `tvm_ffi.use_raw_stream` names, so running a plan inside that
-context on a capturing stream records it. The plan's indirect kernels read positions and slots from
+context on a capturing stream records it. The plan's kernels read positions and slots from
 device buffers, so one captured graph replays at any position.
 """
 

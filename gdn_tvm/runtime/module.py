@@ -1,9 +1,9 @@
 """Load an exported module (`make build`) with the TVM runtime alone: no compiler, no registry.
 
-A build folder `<build>/<DecodeConfig.key>-<target>/` holds the shared library and `manifest.json`, which names
-every function (= registry op name), its argument signature, where its schedule came from and the full decode
-config and target it was built for. `load` checks the manifest against what the caller asks for and returns
-checked `Kernel`s.
+A build folder `<build>/<naming.build(cfg, target)>/` (e.g. `build/llvm/qwen3.5-0.8b-B1-S1-L4096-sl128-grouped/`)
+holds the shared library and `manifest.json`, which names every function (= registry op name), its argument
+signature, where its schedule came from and the full decode config and target it was built for. `load` checks the
+manifest against what the caller asks for and returns checked `Kernel`s.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import tvm
 
+from gdn_tvm import naming
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.signature import Arg
@@ -25,11 +26,6 @@ DEVICES = {"llvm": (1, 0), "cuda": (2, 0)}  # DLPack (device type, index) of eac
 
 class ManifestError(ValueError):
     """A build does not match what was asked for (decode config, target, TVM version) or is unreadable."""
-
-
-def artifact_name(cfg: DecodeConfig, target: str) -> str:
-    """The build folder of one decode config and target kind: `<cfg.key>-<target>`."""
-    return f"{cfg.key}-{target}"
 
 
 def arg_to_json(arg: Arg) -> dict:
@@ -53,10 +49,10 @@ def arg_from_json(d: dict) -> Arg:
 def manifest_path(path: str | Path, cfg: DecodeConfig, target: str) -> Path:
     """`path` itself (a manifest), `path/manifest.json` (a build folder) or the artifact folder under `path`."""
     path = Path(path)
-    for candidate in (path, path / MANIFEST, path / artifact_name(cfg, target) / MANIFEST):
+    for candidate in (path, path / MANIFEST, path / naming.build(cfg, target) / MANIFEST):
         if candidate.is_file():
             return candidate
-    raise ManifestError(f"no {MANIFEST} for {artifact_name(cfg, target)} at {path} (run `make build`)")
+    raise ManifestError(f"no {MANIFEST} for {naming.build(cfg, target)} at {path} (run `make build`)")
 
 
 def read_manifest(path: str | Path, cfg: DecodeConfig, target: str) -> tuple[Path, dict]:

@@ -14,6 +14,7 @@ import math
 
 import tvm
 
+from gdn_tvm.plan import VIEW_ALIGN
 from gdn_tvm.signature import ArgumentError
 
 
@@ -50,8 +51,6 @@ _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
-ALIGN = 64  # bytes: a view starts where the kernels' vector loads may (TVM allocates 64-byte aligned)
-
 
 def row_view(base: tvm.runtime.Tensor, start: int, shape: tuple[int, ...]) -> tvm.runtime.Tensor:
     """The float32 elements `[start, start + prod(shape))` of contiguous `base`, as a tensor of `shape` that lives no
@@ -61,8 +60,8 @@ def row_view(base: tvm.runtime.Tensor, start: int, shape: tuple[int, ...]) -> tv
         raise ArgumentError(f"row_view: base must be contiguous float32, got {base.dtype}")
     if not 0 <= start <= start + count <= base.numel():
         raise ArgumentError(f"row_view: elements [{start}, {start + count}) lie outside the base's {base.numel()}")
-    if (base.data_ptr() + 4 * start) % ALIGN:
-        raise ArgumentError(f"row_view: element {start} is not {ALIGN}-byte aligned")
+    if (base.data_ptr() + 4 * start) % VIEW_ALIGN:
+        raise ArgumentError(f"row_view: element {start} is not {VIEW_ALIGN}-byte aligned")
     block = _libc.malloc(ctypes.sizeof(_Managed) + 8 * len(shape))  # freed by TVM through the deleter
     if not block:
         raise MemoryError("row_view: malloc failed")

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 
+from gdn_tvm import naming
 from gdn_tvm.cli import add_arguments, decode_config, op_names
 from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.target import by_name, gpu_present
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials is None and budget.deep > 1 and any(flop_bound(get(ops[0]), cfg) for ops in groups):
         each += f" ({trials * budget.deep} for the FLOP-bound GEMVs)"
     print(
-        f"tuning {len(groups)} workloads ({len(names)} ops) of {cfg.key} for {kind}, {each}, "
+        f"tuning {len(groups)} workloads ({len(names)} ops) of {naming.build(cfg, kind)}, {each}, "
         f"logs in {args.work_dir}/{kind}/",
         flush=True,
     )

@@ -155,8 +155,7 @@ def lookup(root: str | Path, w: Workload) -> Found:
 
 
 def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Schedule:
-    """`record`'s trace (from the log folder `log`) replayed on the general function (scalar parameters stay
-    runtime arguments)."""
+    """`record`'s trace (from the log folder `log`) replayed on the general function."""
     # `Op.definition` names it "main" already. Not `with_attr` here: a schedule over a fresh PrimFunc that shares
     # its body with `w.general` rewrites that body in place, and with it the workload tuning records refer to.
     sch = s_tir.Schedule(w.general)

@@ -1,15 +1,11 @@
-"""What is tuned for one registry op: its definition with scalar parameters fixed, and valid index values.
+"""What is tuned for one registry op: its definition marked no-alias, and valid index values.
 
-MetaSchedule measures only tensor arguments, so scalar parameters (the direct variants' `pos: int32`) are
-specialised to constants for tuning; the best trace is later replayed on the general function (same blocks and
-loops; the scalar stays a runtime argument and an in-place op keeps its aliased state). Index buffers hold a
-decode step's typical values: every lane active on distinct slots, positions at the middle of the cache. An
-attention step's cost is affine in its position, so over a sequence that fills the cache the mean step is the
-middle one, and the design ranked first there is the fastest over the sequence. The ranks differ: qwen3.5-4b's
-32k split-KV at B=1 on the H200 takes 46.5 us with 8 warps a CTA at mid-cache against 64.4 with 2, while at the
-last row 2 warps win (77.4 against 84.3 us). A direct variant's scalar `pos` is still specialised to the last
-row: its value is part of the tuned function's structural hash, so moving it would void every committed record of
-those variants.
+The best trace is later replayed on the general function (same blocks and loops; an in-place op keeps its
+aliased state). Index buffers hold a decode step's typical values: every lane active on distinct slots, positions
+at the middle of the cache. An attention step's cost is affine in its position, so over a sequence that fills the
+cache the mean step is the middle one, and the design ranked first there is the fastest over the sequence. The
+ranks differ: qwen3.5-4b's 32k split-KV at B=1 on the H200 takes 46.5 us with 8 warps a CTA at mid-cache against
+64.4 with 2, while at the last row 2 warps win (77.4 against 84.3 us).
 """
 
 from __future__ import annotations
@@ -27,8 +23,8 @@ from gdn_tvm.signature import Arg
 
 @dataclass(frozen=True)
 class Workload:
-    """`general`: the op's PrimFunc; `mod`: `{"main": general with scalars fixed}`, the tuning task;
-    `index_values`: per tensor parameter of `mod`, the values of an index buffer or None."""
+    """`general`: the op's PrimFunc; `mod`: `{"main": general marked no-alias}`, the tuning task;
+    `index_values`: per parameter of `mod`, the values of an index buffer or None."""
 
     op: Op
     cfg: DecodeConfig
@@ -48,17 +44,9 @@ def workload(op: Op, cfg: DecodeConfig, kind: str) -> Workload:
     signature = op.signature(cfg)
     if len(signature) != len(general.params):
         raise ValueError(f"{op.name}: signature has {len(signature)} args, the PrimFunc {len(general.params)}")
-    params = zip(general.params, signature, strict=True)
-    scalars = {p: tirx.const(_tuning_value(a), a.dtype) for p, a in params if a.is_scalar}
     # MetaSchedule's TuneContext marks every task no-alias; the task is that very function so records match.
-    tuned = (general.specialize(scalars) if scalars else general).with_attr("tirx.noalias", True)
-    values = tuple(_index_values(a) for a in signature if not a.is_scalar)
-    return Workload(op, cfg, kind, general, tvm.IRModule({"main": tuned}), values)
-
-
-def _tuning_value(arg: Arg) -> int:
-    """A scalar's value while tuning: the last admitted index (the longest attention), 1 without a bound."""
-    return arg.bound[1] - 1 if arg.bound else 1
+    mod = tvm.IRModule({"main": general.with_attr("tirx.noalias", True)})
+    return Workload(op, cfg, kind, general, mod, tuple(_index_values(a) for a in signature))
 
 
 def _index_values(arg: Arg) -> np.ndarray | None:

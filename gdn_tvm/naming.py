@@ -1,0 +1,45 @@
+"""The one name function: tuning-log folders, built libraries and their folders, and manifest entries are all named
+by `artifact(kind, head, fields)`, from only what the artifact depends on (FlashInfer's URIs, in spirit).
+
+A workload is named by its op's definition and the sizes its PrimFunc reads (`registry.Op.sizes`), e.g.
+`cuda/gemv-f32-B1-N6144-K1024`; a build by the model and the serving shapes, e.g.
+`cuda/qwen3.5-0.8b-B1-S1-L4096-sl128-grouped`. Pure Python: the runtime names what it loads with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gdn_tvm.config import DecodeConfig
+
+# Config field -> its short name in artifact names (a value's own text where the short name is empty).
+ABBREV = {
+    "batch": "B", "slots": "S", "max_len": "L", "split_len": "sl", "n_splits": "n", "hidden": "h", "conv_dim": "C",
+    "n_q_heads": "Hq", "n_kv_heads": "Hkv", "n_k_heads": "Hk", "n_v_heads": "Hv", "head_k_dim": "Dk",
+    "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "n_rot": "rot", "rope_theta": "theta",
+    "rms_norm_eps": "eps", "l2_norm_eps": "l2eps", "head_mapping": "", "rows": "N", "cols": "K",
+}  # fmt: skip
+DTYPE = "f32"  # the one storage precision of every op today
+
+
+def artifact(kind: str, head: str, fields: Mapping[str, object]) -> str:
+    """`<kind>/<head>-<field><value>-...`: `fields` in their order, each by its `ABBREV` name."""
+    return "/".join((kind, "-".join([head, *(f"{ABBREV[k]}{v}" for k, v in fields.items())])))
+
+
+def field(cfg: DecodeConfig, name: str) -> object:
+    """A `DecodeConfig` field or property, else its model's."""
+    return getattr(cfg, name) if hasattr(cfg, name) else getattr(cfg.model, name)
+
+
+def workload(kind: str, definition: str, fields: Mapping[str, object]) -> str:
+    """A tuning workload: the definition `definition` (an op, or the family ops of one shape share) at `fields`."""
+    return artifact(kind, f"{definition}-{DTYPE}", fields)
+
+
+BUILD_FIELDS = ("batch", "slots", "max_len", "split_len", "head_mapping")
+
+
+def build(cfg: DecodeConfig, kind: str) -> str:
+    """A build of every op of `cfg`'s model at its serving shapes, for target kind `kind`."""
+    return artifact(kind, cfg.model.name, {f: field(cfg, f) for f in BUILD_FIELDS})

@@ -1,0 +1,50 @@
+"""Artifact names: a workload key names exactly what its PrimFunc reads (equal keys, equal functions; a size the
+function does not read is not in its key, so no two logs hold one workload), and builds are named by one function."""
+
+from __future__ import annotations
+
+import pytest
+import tvm_ffi
+
+from gdn_tvm import naming
+from gdn_tvm.config import DecodeConfig, ModelConfig
+from gdn_tvm.registry import OPS
+
+BASE = DecodeConfig(
+    ModelConfig(
+        "t", hidden=256, n_layers=4, n_q_heads=4, n_kv_heads=2, n_k_heads=2, n_v_heads=4, head_k_dim=32, head_v_dim=32,
+        head_dim=64,
+    ),
+    batch=2, slots=3, max_len=64, split_len=16,
+)  # fmt: skip
+# One field changed at a time: every field of DecodeConfig and ModelConfig, and split counts at one split length.
+CHANGES = [
+    {"batch": 3}, {"slots": 5}, {"max_len": 128}, {"max_len": 48}, {"max_len": 72}, {"split_len": 32},
+    {"hidden": 512}, {"n_q_heads": 8}, {"n_kv_heads": 4}, {"n_k_heads": 4}, {"n_v_heads": 8}, {"head_k_dim": 64},
+    {"head_v_dim": 64}, {"head_dim": 128}, {"conv_kernel": 3}, {"partial_rotary_factor": 0.5}, {"rope_theta": 1e6},
+    {"rms_norm_eps": 1e-5}, {"l2_norm_eps": 1e-5}, {"head_mapping": "tiled"}, {"n_layers": 8},
+    {"full_attention_interval": 2}, {"name": "u"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_a_workload_key_names_exactly_what_its_primfunc_reads(name):
+    op = OPS[name]
+    base_key, base_func = op.workload_key(BASE, "cuda"), op.definition(BASE)
+    wrong = []
+    for change in CHANGES:
+        cfg = BASE.replace(**change)
+        same_key = op.workload_key(cfg, "cuda") == base_key
+        if same_key != tvm_ffi.structural_equal(op.definition(cfg), base_func):
+            wrong.append(
+                f"{change}: key {'kept' if same_key else 'changed'}, PrimFunc {'changed' if same_key else 'kept'}"
+            )
+    assert not wrong, f"{name} ({base_key}): " + "; ".join(wrong)
+
+
+def test_builds_are_named_by_the_same_function():
+    assert naming.build(BASE, "llvm") == naming.artifact(
+        "llvm", "t", {"batch": 2, "slots": 3, "max_len": 64, "split_len": 16, "head_mapping": "grouped"}
+    )
+    assert naming.build(BASE, "llvm") == "llvm/t-B2-S3-L64-sl16-grouped"
+    assert OPS["gemv_in_proj_z"].workload_key(BASE, "cuda") == "cuda/gemv-f32-B2-N128-K256"
