@@ -44,7 +44,8 @@ def test_rope_large_positions_on_gpu(rng):
 
 @pytest.mark.parametrize("name", ["partial_neox_rope", "decode_attention_reduce"])
 def test_large_batch_defaults_on_gpu(name, rng):
-    """RoPE's shared angles (from `MANY_HEADS_PER_SM` warps an SM) and the one-group reduce (one resident wave) at B=256."""
+    """RoPE's shared angles (from `MANY_HEADS_PER_SM` warps an SM) and the one-group reduce (one resident wave) at
+    B=256."""
     check_op_against_reference(OPS[name], WIDE_B, cuda(), rng)
 
 
