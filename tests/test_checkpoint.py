@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import struct
 
 import ml_dtypes
 import numpy as np
@@ -14,7 +16,7 @@ from test_layers import assert_decodes_like_reference
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.plan import WEIGHTS, step_ops
-from gdn_tvm.runtime.checkpoint import load_checkpoint, model_config
+from gdn_tvm.runtime.checkpoint import CheckpointError, load_checkpoint, model_config
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
@@ -66,8 +68,37 @@ def write_config(path, config: dict, nested: bool) -> None:
     (path / "config.json").write_text(json.dumps({"text_config": config} if nested else config))
 
 
+DELETE = object()  # `with_field`'s value that removes the field
+
+
+def with_field(config: dict, field: str, value: object) -> dict:
+    """A deep copy of `config` with the field at dotted path `field` set to `value` (removed for `DELETE`)."""
+    config = json.loads(json.dumps(config))
+    *parents, leaf = field.split(".")
+    section = config
+    for key in parents:
+        section = section[key]
+    if value is DELETE:
+        del section[leaf]
+    else:
+        section[leaf] = value
+    return config
+
+
+def split_header(data: bytes) -> tuple[dict, bytes]:
+    """A safetensors file's header (tensor name -> dtype, shape, data_offsets) and its data bytes."""
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8 : 8 + n]), data[8 + n :]
+
+
+def join_header(header: dict, body: bytes) -> bytes:
+    """The inverse of `split_header`."""
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + body
+
+
 def expected_weights(raw: dict, prefix: str, fused: bool) -> list[dict]:
-    """What the loader must return, computed row by row from the checkpoint's own layout (SPEC.md, "Checkpoint
+    """What the loader must return, computed row by row from the checkpoint's own layout (docs/math.md, "Checkpoint
     names"): Qwen3-Next's fused rows are, per key head h, [q_h | k_h | v_h (r heads) | z_h (r heads)] and
     [b_h (r) | a_h (r)]; the channel order we use is [q_0 q_1 .. | k_0 k_1 .. | v ..]."""
     f32 = {k: v.astype(np.float32) for k, v in raw.items()}
@@ -157,3 +188,165 @@ def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
     cfg = DecodeConfig(m, batch=1, max_len=16, split_len=8)
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), weights=layers)
     assert_decodes_like_reference(stack, rng, steps=4)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_floating_dtypes_load_as_float32(tmp_path, rng, dtype):
+    raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.", dtype=dtype)
+    _, layers = load_checkpoint(tmp_path)
+    for got, want in zip(layers, expected_weights(raw, "model.layers.", fused=True), strict=True):
+        assert all(got[k].dtype == np.float32 and np.array_equal(got[k], want[k]) for k in want)
+
+
+@pytest.mark.parametrize(
+    "dtype, name",
+    [
+        (np.int8, "I8"), (np.int32, "I32"), (np.uint8, "U8"), (np.bool_, "BOOL"),
+        (ml_dtypes.float8_e4m3fn, "F8_E4M3"), (ml_dtypes.float8_e5m2, "F8_E5M2"),
+    ],
+)  # fmt: skip
+def test_non_floating_tensors_are_refused_by_name_and_dtype(tmp_path, rng, dtype, name):
+    """A quantized checkpoint is refused, not cast to float."""
+    raw = write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    key = "model.layers.1.linear_attn.in_proj_z.weight"
+    save_file(raw | {key: raw[key].astype(dtype)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=f"model.safetensors: tensor {re.escape(key)} has dtype {name}"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("model.layers.0.linear_attn.norm.weight", np.nan), ("model.layers.1.linear_attn.A_log", 100.0)],
+    ids=["nan", "exp(A_log) overflows"],
+)
+def test_values_that_are_not_finite_as_weights_are_named(tmp_path, rng, name, value):
+    raw = write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    raw[name][1] = value
+    save_file(raw, str(tmp_path / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=f"{re.escape(name)} holds NaN or inf"):
+        load_checkpoint(tmp_path)
+
+
+def test_shards_load_together_and_a_tensor_in_two_is_refused(tmp_path, rng):
+    raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
+    _, whole = load_checkpoint(tmp_path)
+    names = sorted(raw)
+    (tmp_path / "model.safetensors").unlink()
+    first, second = tmp_path / "model-00001-of-00002.safetensors", tmp_path / "model-00002-of-00002.safetensors"
+    save_file({k: raw[k] for k in names[:10]}, str(first))
+    save_file({k: raw[k] for k in names[10:]}, str(second))
+    _, sharded = load_checkpoint(tmp_path)
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(whole, sharded, strict=True) for k in a)
+    save_file({k: raw[k] for k in names[9:]}, str(second))
+    with pytest.raises(CheckpointError, match=f"{re.escape(f'{first}, {second}: both hold tensor {names[9]}')}$"):
+        load_checkpoint(tmp_path)
+
+
+BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
+    "hidden_size=64.0": ("hidden_size", 64.0),
+    "hidden_size=true": ("hidden_size", True),
+    "hidden_size='64'": ("hidden_size", "64"),
+    "hidden_size=0": ("hidden_size", 0),
+    "head_dim=[256]": ("head_dim", [256]),
+    "num_hidden_layers=null": ("num_hidden_layers", None),
+    "no linear_key_head_dim": ("linear_key_head_dim", DELETE),
+    "rms_norm_eps='x'": ("rms_norm_eps", "x"),
+    "rms_norm_eps=0": ("rms_norm_eps", 0),
+    "rms_norm_eps=nan": ("rms_norm_eps", float("nan")),
+    "rms_norm_eps=inf": ("rms_norm_eps", float("inf")),
+    "full_attention_interval=0": ("full_attention_interval", 0),
+    "full_attention_interval=4.0": ("full_attention_interval", 4.0),
+    "full_attention_interval=2": ("full_attention_interval", 2),  # against layer_types
+    "rope_theta=0": ("rope_parameters.rope_theta", 0),
+    "rope_theta=1e400": ("rope_parameters.rope_theta", 10**400),
+    "partial_rotary_factor=0": ("rope_parameters.partial_rotary_factor", 0),
+    "partial_rotary_factor=1.5": ("rope_parameters.partial_rotary_factor", 1.5),
+    "rope_parameters='x'": ("rope_parameters", "x"),
+    "linear_num_value_heads=3": ("linear_num_value_heads", 3),  # not a multiple of linear_num_key_heads=2
+    "num_key_value_heads=3": ("num_key_value_heads", 3),  # num_attention_heads=2 is not a multiple
+    "layer_types of 3": ("layer_types", ["linear_attention"] * 3),
+    "layer_types unknown": ("layer_types", ["linear_attention"] * 3 + ["sliding_attention"]),
+    "layer_types=[1, 2, 3, 4]": ("layer_types", [1, 2, 3, 4]),
+}
+
+
+@pytest.mark.parametrize("field, value", BAD_CONFIG_FIELDS.values(), ids=BAD_CONFIG_FIELDS)
+@pytest.mark.parametrize("nested", [False, True])
+def test_config_fields_of_the_wrong_type_or_range_are_named(field, value, nested):
+    config = with_field(HF_CONFIG, field, value)
+    leaf = field.split(".")[-1]
+    with pytest.raises(CheckpointError, match=rf"^config\.json: .*{leaf}"):
+        model_config({"text_config": config} if nested else config, "x")
+
+
+def test_config_variants_hf_writes_are_accepted():
+    """Qwen3-Next's layout (rope fields at the top, rope_scaling null), ints for float fields, defaults for the
+    optional fields; the values read are the ones given."""
+    config = {k: v for k, v in HF_CONFIG.items() if k not in ("rope_parameters", "layer_types", "rms_norm_eps")}
+    config |= {"rope_scaling": None, "rope_theta": 10_000_000, "partial_rotary_factor": 1, "layer_types": None}
+    m = model_config(config, "x")
+    assert (m.rope_theta, m.partial_rotary_factor, m.rms_norm_eps, m.full_attention_interval) == (1e7, 1.0, 1e-6, 4)
+    del config["full_attention_interval"]
+    assert model_config(config, "x").full_attention_interval == 4
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [(b"{", "not a JSON file"), (b"\xff\xfe{}", "not a JSON file"), (b"[1, 2]", "expected a JSON object"),
+     (b'{"text_config": 3}', "text_config: expected a JSON object"), (None, "no such file")],
+    ids=["truncated", "not utf-8", "a list", "text_config=3", "a directory"],
+)  # fmt: skip
+def test_config_json_that_is_not_a_json_object_is_named(tmp_path, rng, content, match):
+    write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    file = tmp_path / "config.json"
+    file.unlink()
+    file.mkdir() if content is None else file.write_bytes(content)
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(file))}: {match}"):
+        load_checkpoint(tmp_path)
+
+
+def test_a_layer_count_that_is_not_the_checkpoints_is_named(tmp_path, rng):
+    write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    config = with_field(with_field(HF_CONFIG, "layer_types", DELETE), "num_hidden_layers", 10**12)
+    write_config(tmp_path, config, nested=False)
+    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers=1000000000000, but .* layers 0\.\.3"):
+        load_checkpoint(tmp_path)
+
+
+def _past_the_end(data: bytes) -> bytes:
+    header, body = split_header(data)
+    last = max(header.values(), key=lambda t: t["data_offsets"][1])
+    last["data_offsets"][1] += 64
+    return join_header(header, body)
+
+
+CORRUPT_SHARDS = {  # how a valid model.safetensors (bytes) is damaged
+    "empty": lambda d: b"",
+    "cut in the length": lambda d: d[:5],
+    "cut after the length": lambda d: d[:8],
+    "cut in the header": lambda d: d[: 8 + struct.unpack("<Q", d[:8])[0] // 2],
+    "cut in the data": lambda d: d[: len(d) // 2],
+    "last byte missing": lambda d: d[:-1],
+    "a byte too many": lambda d: d + b"\0",
+    "random bytes": lambda d: np.random.default_rng(0).bytes(4096),
+    "header not JSON": lambda d: struct.pack("<Q", 9) + b"{not json" + d[8:],
+    "header a JSON list": lambda d: join_header([], b""),
+    "header length past the end": lambda d: struct.pack("<Q", 2**40) + d[8:],
+    "offsets past the end": _past_the_end,
+}
+
+
+@pytest.mark.parametrize("damage", CORRUPT_SHARDS.values(), ids=CORRUPT_SHARDS)
+def test_a_corrupt_shard_is_named(tmp_path, rng, damage):
+    write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.", dtype=ml_dtypes.bfloat16)
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(damage(file.read_bytes()))
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(file))}: not a valid safetensors file"):
+        load_checkpoint(tmp_path)
+
+
+def test_a_directory_named_like_a_shard_is_named(tmp_path, rng):
+    write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    (tmp_path / "model-00002-of-00002.safetensors").mkdir()
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path))}/model-00002-of-00002.safetensors: not a"):
+        load_checkpoint(tmp_path)

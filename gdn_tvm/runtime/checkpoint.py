@@ -1,91 +1,223 @@
 """Load a Hugging Face Qwen3.5 / Qwen3-Next checkpoint directory into mixer weights in kernel layouts.
 
 Reads `config.json` (sizes, rope_theta, the layer pattern) and `*.safetensors` by the checkpoint's own
-parameter names (SPEC.md "Checkpoint names") and converts: `A = -exp(A_log)`, q/k norms to `1 + w`,
+parameter names (docs/math.md, "Checkpoint names") and converts: `A = -exp(A_log)`, q/k norms to `1 + w`,
 the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` split into the
 four GDN projections in `[q | k | v]` channel order. The head mapping is "grouped".
+
+Everything read is checked, and a checkpoint that fails a check raises `CheckpointError`, whose message starts with
+the file at fault (`config.json`, a `.safetensors` shard, or `<dir>/*.safetensors` for the shards together) and
+names the field or tensor: config fields by type and range, shards by the safetensors library's own validation
+(it refuses a truncated, padded, empty or random file, and a header that is not JSON or whose offsets do not tile
+the data exactly), tensors read by dtype (floating only), shape and value (finite as float32 weights). A tensor in
+two shards is refused. Tensors the loader does not read (vision tower, MTP head) are not checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import reprlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Qwen checkpoints)
 import numpy as np
+from safetensors import SafetensorError, safe_open
 
 from gdn_tvm.config import PRESETS, ModelConfig
 from gdn_tvm.plan import WEIGHTS
 from gdn_tvm.signature import ArgumentError
 
 PREFIXES = ("model.language_model.layers.", "model.layers.")
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors dtype names the loader reads (converted to float32)
+# ModelConfig field -> config.json field, each an integer >= 1
+SIZES = {
+    "hidden": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_q_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "n_k_heads": "linear_num_key_heads",
+    "n_v_heads": "linear_num_value_heads",
+    "head_k_dim": "linear_key_head_dim",
+    "head_v_dim": "linear_value_head_dim",
+    "conv_kernel": "linear_conv_kernel_dim",
+    "head_dim": "head_dim",
+}
+MULTIPLES = (("linear_num_value_heads", "linear_num_key_heads"), ("num_attention_heads", "num_key_value_heads"))
+LAYER_TYPES = {"linear_attention": "gdn", "full_attention": "attention"}
+_REQUIRED = object()  # `_Section.get`'s default: the field must be present
 
 
-def model_config(config: dict, name: str) -> ModelConfig:
-    """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`), named after the preset
-    of the same sizes if there is one (so `make build --preset` modules load for it), else `name`."""
-    c = config.get("text_config", config)
-    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
-    for key in ("rope_theta", "partial_rotary_factor"):  # no default: HF's differs between model classes
-        if key not in rope and key not in c:
-            raise ArgumentError(f"config.json: missing field {key!r} (top level or in rope_parameters)")
+class CheckpointError(ArgumentError):
+    """A checkpoint file failed a check; the message starts with the file and names the field or tensor."""
+
+
+class _Section:
+    """One JSON object of config.json; every error names the file and the field's dotted path (`text_config.x`)."""
+
+    def __init__(self, obj: object, file: str, path: str = ""):
+        self.file, self.path = file, path
+        if not isinstance(obj, dict):
+            raise self.error("", f"expected a JSON object, got {reprlib.repr(obj)}")
+        self.obj = obj
+
+    def error(self, key: str, why: str) -> CheckpointError:
+        field = self.path + key if key else self.path.rstrip(".")
+        return CheckpointError(f"{self.file}: {field}: {why}" if field else f"{self.file}: {why}")
+
+    def get(self, key: str, default: object = _REQUIRED) -> object:
+        if key not in self.obj and default is _REQUIRED:
+            raise self.error("", f"missing field {key!r}")
+        return self.obj.get(key, default)
+
+    def section(self, key: str) -> _Section | None:
+        """The object under `key`, or None where the field is absent or null."""
+        value = self.obj.get(key)
+        return None if value is None else _Section(value, self.file, f"{self.path}{key}.")
+
+    def size(self, key: str, default: object = _REQUIRED) -> int:
+        """An integer >= 1 (not a bool, not 64.0)."""
+        value = self.get(key, default)
+        if type(value) is not int or value < 1:
+            raise self.error(key, f"expected an integer >= 1, got {reprlib.repr(value)}")
+        return value
+
+    def number(self, key: str, ok: Callable[[float], bool], want: str, default: object = _REQUIRED) -> float:
+        """A JSON number (int or float, not a bool) for which `ok` holds; `want` says what `ok` asks."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not ok(_to_float(value)):
+            raise self.error(key, f"expected a number {want}, got {reprlib.repr(value)}")
+        return float(value)
+
+
+def _to_float(value: int | float) -> float:
     try:
-        m = ModelConfig(
-            name=name,
-            hidden=c["hidden_size"],
-            n_layers=c["num_hidden_layers"],
-            n_q_heads=c["num_attention_heads"],
-            n_kv_heads=c["num_key_value_heads"],
-            n_k_heads=c["linear_num_key_heads"],
-            n_v_heads=c["linear_num_value_heads"],
-            head_k_dim=c["linear_key_head_dim"],
-            head_v_dim=c["linear_value_head_dim"],
-            conv_kernel=c["linear_conv_kernel_dim"],
-            head_dim=c["head_dim"],
-            partial_rotary_factor=rope.get("partial_rotary_factor", c.get("partial_rotary_factor")),
-            rope_theta=float(rope.get("rope_theta", c.get("rope_theta"))),
-            rms_norm_eps=c.get("rms_norm_eps", 1e-6),
-            full_attention_interval=c.get("full_attention_interval", 4),
-        )
-    except KeyError as e:
-        raise ArgumentError(f"config.json: missing field {e.args[0]!r}") from None
-    types = c.get("layer_types")
-    if types is not None:
-        ours = tuple("attention" if t == "full_attention" else "gdn" for t in types)
-        if ours != m.layer_types:
-            raise ArgumentError(f"config.json: layer_types {types} do not follow full_attention_interval")
+        return float(value)
+    except OverflowError:  # an int beyond float64
+        return math.inf
+
+
+def _positive(x: float) -> bool:
+    return 0 < x < math.inf
+
+
+def _fraction(x: float) -> bool:
+    return 0 < x <= 1
+
+
+def _rope_field(c: _Section, key: str, ok: Callable[[float], bool], want: str) -> float:
+    """rope_theta or partial_rotary_factor (no default: HF's differs between model classes), from the first non-empty
+    object of `rope_parameters` (Qwen3.5) and `rope_scaling`, else from the top level (Qwen3-Next)."""
+    rope = next((s for s in map(c.section, ("rope_parameters", "rope_scaling")) if s is not None and s.obj), c)
+    for section in (rope, c):
+        if key in section.obj:
+            return section.number(key, ok, want)
+    raise c.error("", f"missing field {key!r} (top level or in rope_parameters)")
+
+
+def model_config(config: object, name: str, file: str = "config.json") -> ModelConfig:
+    """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`), named after the preset
+    of the same sizes if there is one (so `make build --preset` modules load for it), else `name`. Raises
+    `CheckpointError` naming `file` and the field for a missing field, a wrong type or a value out of range."""
+    top = _Section(config, file)
+    c = top.section("text_config") or top
+    sizes: dict[str, Any] = {ours: c.size(theirs) for ours, theirs in SIZES.items()}
+    for multiple, of in MULTIPLES:
+        if c.obj[multiple] % c.obj[of]:
+            raise c.error(multiple, f"{c.obj[multiple]} is not a multiple of {of}={c.obj[of]}")
+    m = ModelConfig(
+        name=name,
+        **sizes,
+        rope_theta=_rope_field(c, "rope_theta", _positive, "> 0 and finite"),
+        partial_rotary_factor=_rope_field(c, "partial_rotary_factor", _fraction, "in (0, 1]"),
+        rms_norm_eps=c.number("rms_norm_eps", _positive, "> 0 and finite", default=1e-6),
+        full_attention_interval=c.size("full_attention_interval", default=4),
+    )
+    _check_layer_types(c, m)
     return next((p for p in PRESETS.values() if dataclasses.replace(p, name=name) == m), m)
 
 
+def _check_layer_types(c: _Section, m: ModelConfig) -> None:
+    """`layer_types`, where given, must be `n_layers` of `LAYER_TYPES` in `full_attention_interval`'s pattern."""
+    types = c.get("layer_types", None)
+    if types is None:
+        return
+    names = types if isinstance(types, list) and all(isinstance(t, str) for t in types) else None
+    if names is None or len(names) != m.n_layers or not set(names) <= LAYER_TYPES.keys():
+        want = f"a list of num_hidden_layers={m.n_layers} of {list(LAYER_TYPES)}"
+        raise c.error("layer_types", f"expected {want}, got {reprlib.repr(types)}")
+    if tuple(LAYER_TYPES[t] for t in names) != m.layer_types:
+        interval = m.full_attention_interval
+        raise c.error("layer_types", f"{reprlib.repr(types)} do not follow full_attention_interval={interval}")
+
+
+def _read_config(file: Path) -> object:
+    """config.json's JSON value (any JSON value: `model_config` checks it)."""
+    if not file.is_file():
+        raise CheckpointError(f"{file}: no such file")
+    try:
+        return json.loads(file.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, an int of > 4300 digits
+        raise CheckpointError(f"{file}: not a JSON file ({e})") from None
+
+
+def _open(file: Path) -> safe_open:
+    """A safetensors handle on `file`, its header validated (offsets tile the data, which ends at the file's end)."""
+    if not file.is_file():
+        raise CheckpointError(f"{file}: not a file")
+    try:
+        return safe_open(file, framework="numpy")
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{file}: not a valid safetensors file ({e})") from None
+
+
 class _Tensors:
-    """All tensors of the checkpoint's safetensors files, by name, loaded lazily."""
+    """The tensors of a checkpoint's `*.safetensors` shards, by name, memory-mapped and read when asked for."""
 
     def __init__(self, path: Path):
-        from safetensors import safe_open
-
-        self._files = {}
-        for f in sorted(path.glob("*.safetensors")):
-            handle = safe_open(f, framework="numpy")
+        self.files = f"{path}/*.safetensors"
+        self._where: dict[str, tuple[Path, safe_open]] = {}  # tensor name -> (shard, its safetensors handle)
+        for file in sorted(path.glob("*.safetensors")):
+            handle = _open(file)
             for key in handle.keys():
-                self._files[key] = handle
-        if not self._files:
-            raise ArgumentError(f"checkpoint {path}: no *.safetensors files")
-        self.prefix = next((p for p in PREFIXES if any(k.startswith(p) for k in self._files)), None)
-        if self.prefix is None:
-            raise ArgumentError(f"checkpoint {path}: no tensor starts with one of {PREFIXES}")
-
-    def get(self, layer: int, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        key = f"{self.prefix}{layer}.{name}"
-        if key not in self._files:
-            raise ArgumentError(f"checkpoint: missing tensor {key}")
-        t = self._files[key].get_tensor(key)
-        if tuple(t.shape) != shape:
-            raise ArgumentError(f"checkpoint: tensor {key} has shape {tuple(t.shape)}, expected {shape}")
-        return t.astype(np.float32)
+                if key in self._where:
+                    raise CheckpointError(f"{self._where[key][0]}, {file}: both hold tensor {key}")
+                self._where[key] = (file, handle)
+        if not self._where:
+            raise CheckpointError(f"{self.files}: no such files (or no tensors in them)")
+        prefix = next((p for p in PREFIXES if any(k.startswith(p) for k in self._where)), None)
+        if prefix is None:
+            raise CheckpointError(f"{self.files}: no tensor name starts with one of {PREFIXES}")
+        self.prefix = prefix
+        layers = (k[len(prefix) :].split(".", 1)[0] for k in self._where if k.startswith(prefix))
+        self.n_layers = 1 + max((int(i) for i in layers if i.isdigit()), default=-1)  # 1 + the highest layer index
 
     def has(self, layer: int, name: str) -> bool:
-        return f"{self.prefix}{layer}.{name}" in self._files
+        return f"{self.prefix}{layer}.{name}" in self._where
+
+    def get(
+        self, layer: int, name: str, shape: tuple[int, ...], convert: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> np.ndarray:
+        """`shape` float32: tensor `<prefix><layer>.<name>`, of a floating dtype, through `convert` if given (an
+        elementwise map), and finite."""
+        key = f"{self.prefix}{layer}.{name}"
+        if key not in self._where:
+            raise CheckpointError(f"{self.files}: no tensor {key}")
+        file, handle = self._where[key]
+        info = handle.get_slice(key)
+        if info.get_dtype() not in FLOAT_DTYPES:
+            raise CheckpointError(f"{file}: tensor {key} has dtype {info.get_dtype()}, expected one of {FLOAT_DTYPES}")
+        if tuple(info.get_shape()) != shape:
+            raise CheckpointError(f"{file}: tensor {key} has shape {tuple(info.get_shape())}, expected {shape}")
+        with np.errstate(over="ignore"):  # float64 beyond float32, exp(A_log): refused below as inf
+            t = handle.get_tensor(key).astype(np.float32)
+            t = t if convert is None else convert(t)
+        if not np.isfinite(t).all():
+            raise CheckpointError(f"{file}: tensor {key} holds NaN or inf (as a float32 weight)")
+        return t
 
 
 def _gdn(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
@@ -105,7 +237,7 @@ def _gdn(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
             w[name] = t.get(i, f"linear_attn.{name}.weight", m.projections[name])
     w["conv1d"] = t.get(i, "linear_attn.conv1d.weight", (m.conv_dim, 1, m.conv_kernel))[:, 0]
     w["dt_bias"] = t.get(i, "linear_attn.dt_bias", (hv,))
-    w["A"] = -np.exp(t.get(i, "linear_attn.A_log", (hv,)))
+    w["A"] = t.get(i, "linear_attn.A_log", (hv,), lambda a_log: -np.exp(a_log))
     w["norm"] = t.get(i, "linear_attn.norm.weight", (dv,))
     w["out_proj"] = t.get(i, "linear_attn.out_proj.weight", m.projections["out_proj"])
     return w
@@ -117,18 +249,21 @@ def _attention(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
     for name in ("q_norm", "k_norm"):
-        w[name] = 1.0 + t.get(i, f"self_attn.{name}.weight", (m.head_dim,))
+        w[name] = t.get(i, f"self_attn.{name}.weight", (m.head_dim,), lambda x: 1.0 + x)
     return w
 
 
 def load_checkpoint(path: str | Path) -> tuple[ModelConfig, list[dict[str, np.ndarray]]]:
-    """(model config, per-layer mixer weights in layer order) from a checkpoint directory."""
+    """(model config, per-layer mixer weights in layer order, float32 in `WEIGHTS`' shapes) from a checkpoint
+    directory; `CheckpointError` (an `ArgumentError`) naming the file and the field or tensor where a check fails."""
     path = Path(path)
     cfg_file = path / "config.json"
-    if not cfg_file.is_file():
-        raise ArgumentError(f"checkpoint {path}: no config.json")
-    m = model_config(json.loads(cfg_file.read_text()), path.name)
+    m = model_config(_read_config(cfg_file), path.name, str(cfg_file))
     tensors = _Tensors(path)
+    if tensors.n_layers != m.n_layers:
+        raise CheckpointError(
+            f"{cfg_file}: num_hidden_layers={m.n_layers}, but {tensors.files} hold layers 0..{tensors.n_layers - 1}"
+        )
     layers = []
     for i, kind in enumerate(m.layer_types):
         w = _gdn(tensors, m, i) if kind == "gdn" else _attention(tensors, m, i)
