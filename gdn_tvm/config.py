@@ -21,7 +21,7 @@ STACKED = {
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Sizes of a Gated DeltaNet hybrid model (Qwen3.5 / Qwen3-Next), per SPEC.md."""
+    """Sizes of a Gated DeltaNet hybrid model (Qwen3.5 / Qwen3-Next), per docs/math.md."""
 
     name: str
     hidden: int

@@ -1,4 +1,4 @@
-"""The numerics contract (SPEC.md) and the check of a compiled kernel against its float64 reference, shared by the
+"""The numerics contract (docs/math.md) and the check of a compiled kernel against its float64 reference, shared by the
 tests and the tuner (MetaSchedule times candidates; it does not check what they compute).
 
 Relative L-infinity `max|out - ref| / max|ref|`: per op <= `TOL_OP`, per layer and over decode steps

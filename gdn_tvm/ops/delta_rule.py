@@ -1,4 +1,4 @@
-"""delta_rule: one step of the gated delta-rule recurrence per value head (SPEC.md step 6), state in place.
+"""delta_rule: one step of the gated delta-rule recurrence per value head (docs/math.md step 6), state in place.
 
 Per lane `b` with slot `s = slots[b] >= 0`, value head `h` and key head `kh = cfg.model.key_head(h)`,
 with `e = exp(g)`, `q = qk[b, kh]`, `k = qk[b, Hk + kh]` and `v = v[h]` read from the conv output row:

@@ -33,7 +33,7 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
 
 
 def log_decay(a, dt_bias, A):
-    """`g = softplus(a + dt_bias) * A`, softplus(x) = x above 20 (SPEC.md step 5): a TIR expression."""
+    """`g = softplus(a + dt_bias) * A`, softplus(x) = x above 20 (docs/math.md step 5): a TIR expression."""
     x = a + dt_bias
     return A * T.if_then_else(x > T.float32(20), x, T.log1p(T.exp(x)))
 

@@ -1,4 +1,4 @@
-"""The references' activations, free of overflow at any input: sigmoid, SiLU, softplus (SPEC.md)."""
+"""The references' activations, free of overflow at any input: sigmoid, SiLU, softplus (docs/math.md)."""
 
 import numpy as np
 
@@ -13,5 +13,5 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
-    """log(1 + exp(x)), and x itself above 20 (SPEC.md step 5)."""
+    """log(1 + exp(x)), and x itself above 20 (docs/math.md step 5)."""
     return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))

@@ -1,4 +1,4 @@
-"""decode_attention references: unsplit and split-KV partials (float64 numpy, SPEC.md step 6; their reduce is
+"""decode_attention references: unsplit and split-KV partials (float64 numpy, docs/math.md step 6; their reduce is
 `decode_attention_reduce`).
 
 q: [B, Hq, D]; k_cache, v_cache: [S, L, Hkv, D]; slots: [B] (-1 skips the lane: its outputs stay untouched);

@@ -1,6 +1,6 @@
 """One whole decode step of each layer mixer, projections included, in float64 numpy.
 
-Written straight from SPEC.md, lane by lane and independently of the per-op references, so a step
+Written straight from docs/math.md, lane by lane and independently of the per-op references, so a step
 composed from the kernels is checked against a second implementation. States are pools indexed by
 `slots[b]` and updated in place; a lane with slot -1 is skipped (its output row stays NaN).
 

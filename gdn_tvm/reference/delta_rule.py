@@ -1,4 +1,4 @@
-"""delta_rule reference (SPEC.md step 6)."""
+"""delta_rule reference (docs/math.md step 6)."""
 
 import numpy as np
 
@@ -52,7 +52,7 @@ def delta_rule_fused(
 ) -> None:
     """qkv: [B, C]; a, b: [B, Hv]; A, dt_bias: [Hv]; state: [S, Hv, Dv, Dk], updated in place -> o: [B, Hv, Dv].
 
-    SPEC.md steps 4-6 in one: per_head_l2_norm of the q and k heads of qkv (plus `l2_norm_eps`), gates, then
+    docs/math.md steps 4-6 in one: per_head_l2_norm of the q and k heads of qkv (plus `l2_norm_eps`), gates, then
     delta_rule."""
     hv, dv, dk = state.shape[1], state.shape[2], state.shape[3]
     qk = np.empty((qkv.shape[0], (qkv.shape[1] - hv * dv) // dk, dk))
