@@ -3,6 +3,8 @@ against the float64 whole-step reference with states carried; rejected steps cha
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import tvm
@@ -214,6 +216,28 @@ def test_slots_in_use_are_not_handed_out_and_release_zeroes_only_its_slot(rng):
         assert not a[3].any()
         assert np.array_equal(np.delete(a, 3, axis=0), np.delete(b, 3, axis=0))
     assert stack.acquire() == 2 and stack.acquire() == 3
+
+
+def test_steps_from_two_threads_match_the_same_steps_in_turn(rng):
+    """Two threads step their own slots of one stack at once; every slot's states end bit-identical to the same
+    steps taken one after the other (the stack's lock keeps input writes and launches together)."""
+    steps, cfg = 12, LAYER_CASES["4b-B3"]
+    xs = rng.standard_normal((2, steps, cfg.batch, cfg.model.hidden)).astype(np.float32)
+
+    def lane(stack, slot: int):
+        for t in range(steps):
+            stack.step(xs[slot, t], [t, 0, 0], [slot, -1, -1])
+
+    together = make_stack("4b-B3", ("gdn", "attention"), seed=6)
+    threads = [threading.Thread(target=lane, args=(together, slot)) for slot in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    in_turn = make_stack("4b-B3", ("gdn", "attention"), seed=6)
+    for slot in (0, 1):
+        lane(in_turn, slot)
+    assert_states_equal(together, states(in_turn))
 
 
 def test_nan_weight_is_rejected_by_name():

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import tvm
@@ -13,6 +16,19 @@ from gdn_tvm.runtime.layers import Kernels, Layer, StepBuffers, bind_layer
 from gdn_tvm.runtime.weights import random_weights
 from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device, device_of, to_host
 
+_Method = TypeVar("_Method", bound=Callable)
+
+
+def _locked(method: _Method) -> _Method:
+    """`method` run holding the stack's lock."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
 
 class HybridStack:
     """Mixer layers chained (layer i's output is layer i+1's input) over shared step buffers.
@@ -21,6 +37,10 @@ class HybridStack:
     step changes no state), writes the step buffers, then replays every layer's launch plan.
     Slots are handed out by `acquire()` (or named by a step directly, as an engine with its own slot allocator
     does) and returned by `release(slot)`, which zeroes their states.
+
+    Threads: every public method holds the stack's lock, so calls from several threads never interleave their
+    input writes, launches and slot changes. A step returns the stack's one output buffer, which the next step
+    overwrites: a caller that steps from several threads reads it (or copies it) before another thread steps.
     """
 
     def __init__(
@@ -47,6 +67,7 @@ class HybridStack:
             self.layers.append(bind_layer(kind, cfg, kernels, w, self.io, x))
             x = self.layers[-1].out
         self._free = list(range(cfg.slots))
+        self._lock = threading.RLock()
         self.graph: CudaGraph | None = None
         self._input_devices = tuple(dict.fromkeys((HOST, (device.dlpack_device_type(), device.index))))
         B, L, S = cfg.batch, cfg.max_len, cfg.slots
@@ -64,6 +85,7 @@ class HybridStack:
     def out(self) -> tvm.runtime.Tensor:
         return self.layers[-1].out
 
+    @_locked
     def write_inputs(self, x, positions, slots) -> None:
         """Check the step's inputs (raising `ArgumentError` naming the bad one) and write them to the device.
 
@@ -79,17 +101,20 @@ class HybridStack:
         for buffer, value in zip((self.x, self.io.positions, self.io.slots), values.values(), strict=True):
             buffer.copyfrom(_staged(value))
 
+    @_locked
     def run(self) -> None:
         """Replay every layer's plan on the inputs already written."""
         for layer in self.layers:
             layer.run()
 
+    @_locked
     def step(self, x, positions, slots) -> tvm.runtime.Tensor:
         """One decode step, launched eagerly; returns the last layer's output [B, hidden] (device)."""
         self.write_inputs(x, positions, slots)
         self.run()
         return self.out
 
+    @_locked
     def capture(self) -> None:
         """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
         skip = np.full(self.cfg.batch, -1, np.int32)
@@ -98,6 +123,7 @@ class HybridStack:
         launches = sum(len(layer.launches) for layer in self.layers)
         self.graph = CudaGraph(self.run, launches, self.device.index)
 
+    @_locked
     def step_graph(self, x, positions, slots) -> tvm.runtime.Tensor:
         """One decode step by CUDA-graph replay (call `capture()` once first); same results as `step`."""
         if self.graph is None:
@@ -106,12 +132,14 @@ class HybridStack:
         self.graph.replay()
         return self.out
 
+    @_locked
     def acquire(self) -> int:
         """A free slot, its states zeroed."""
         if not self._free:
             raise RuntimeError(f"all {self.cfg.slots} slots are in use")
         return self._free.pop(0)
 
+    @_locked
     def release(self, slot: int) -> None:
         """Return `slot` (acquired, or named by a step) to the pool and zero its states."""
         self._check_slot(slot)
@@ -120,6 +148,7 @@ class HybridStack:
         self.reset(slot)
         self._free.append(slot)
 
+    @_locked
     def reset(self, slot: int) -> None:
         """Zero `slot`'s conv/recurrent states and KV rows in every layer."""
         self._check_slot(slot)
