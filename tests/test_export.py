@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,10 +18,11 @@ from test_layers import assert_decodes_like_reference, assert_preset_stack_decod
 
 from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.export import artifact
 from gdn_tvm.export.artifact import build, dlight_ops, schedule_ops
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
-from gdn_tvm.runtime.module import ManifestError, load, read_manifest
+from gdn_tvm.runtime.module import ManifestError, check_library, digest, load, read_manifest
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import cuda, gpu_present, llvm
@@ -100,6 +102,54 @@ def test_manifest_from_another_tvm_is_an_error(sigmoid_build):
         load(manifest, CFG, "llvm")
 
 
+def test_interrupted_build_leaves_the_last_build(tmp_path, monkeypatch):
+    """A build is written beside its folder and renamed into place at its end: one interrupted during the export
+    leaves the last build whole; a temporary folder left by a killed build is ignored by `load` and removed by the
+    next build of the name. (Checked without loading: a process that loaded a library gets that one again from the
+    same path, even after a rebuild, since dlopen reuses it.)"""
+
+    def built_ops() -> list[str]:
+        """The ops of the build `load` would find under tmp_path, after checking its library."""
+        file, manifest = read_manifest(tmp_path, CFG, "llvm")
+        check_library(file, manifest)
+        return sorted(manifest["functions"])
+
+    path = build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=["sigmoid_gate"], echo=quiet)
+    builds = path.parent.parent
+
+    def interrupted(mod, target, library):
+        library.write_bytes(b"\x7fELF, half written")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artifact, "export_library", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=["kv_row_scatter"], echo=quiet)
+    monkeypatch.undo()
+    assert built_ops() == ["sigmoid_gate"] and [p.name for p in builds.iterdir()] == [path.parent.name]
+    killed = shutil.copytree(path.parent, builds / f".{path.parent.name}.partial-killed")
+    (killed / f"{path.parent.name}.so").write_bytes(b"")
+    assert built_ops() == ["sigmoid_gate"]
+    build(CFG, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=["kv_row_scatter"], echo=quiet)
+    assert built_ops() == ["kv_row_scatter"] and [p.name for p in builds.iterdir()] == [path.parent.name]
+
+
+def test_missing_library_or_function_is_named(sigmoid_build):
+    """(Truncated and altered libraries: tests/test_manifest_fuzz.py, in subprocesses.)"""
+    manifest = json.loads((sigmoid_build / "manifest.json").read_text())
+    library = sigmoid_build / manifest["library"]
+    data = library.read_bytes()
+    library.unlink()
+    with pytest.raises(ManifestError, match=f"{re.escape(str(library))}: missing"):
+        load(sigmoid_build, CFG, "llvm")
+    library.write_bytes(data)
+    functions = manifest["functions"]
+    functions["gemv_k_proj"] = functions["sigmoid_gate"]
+    manifest["digest"] = digest(manifest)  # as a build that lost a function would write it
+    (sigmoid_build / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=r"lacks function\(s\) gemv_k_proj that"):
+        load(sigmoid_build, CFG, "llvm")
+
+
 def test_load_needs_only_the_tvm_runtime(sigmoid_build):
     code = (
         "import numpy as np, tvm.base\n"
@@ -126,6 +176,27 @@ def test_cuda_export_embeds_compiled_device_code(tmp_path):
     assert b"__global__" not in payload, "the library embeds CUDA source"
     fatbins, elves = payload.count(b"\x50\xed\x55\xba"), payload.count(b"\x7fELF")  # nvcc fatbin, nvrtc cubin
     assert fatbins >= 2 or elves >= 3, "no compiled device code in the library"
+
+
+@needs_cuda_export
+@pytest.mark.skipif(gpu_present(), reason="a CUDA driver is present: tests/test_gpu.py decodes such a build")
+def test_cuda_build_without_a_driver_is_named(tmp_path):
+    """Runtime-only TVM registers no CUDA module loader: `load` loads the tvm package's `libtvm_runtime_cuda.so`
+    for a CUDA build, and where that fails (no CUDA driver) the error says why."""
+    build(CFG, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=["sigmoid_gate"], echo=quiet)
+    code = (
+        "from gdn_tvm.config import DecodeConfig, preset\n"
+        "from gdn_tvm.runtime.module import ManifestError, load\n"
+        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len})\n"
+        "try:\n"
+        f"    load({str(tmp_path)!r}, cfg, 'cuda')\n"
+        "except ManifestError as err:\n"
+        "    print(err)\n"
+    )
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "a CUDA build, but TVM's CUDA runtime could not be loaded: libcuda.so.1" in done.stdout, done.stdout
 
 
 def test_dlight_ops_leave_out_what_no_rule_schedules():

@@ -4,6 +4,10 @@ preset's whole mixer stack from exported modules."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from conftest import assert_close, check_op_against_reference
@@ -93,3 +97,42 @@ def test_preset_stack_from_exported_modules(name, tmp_path, rng):
     cfg = DecodeConfig(preset(name), batch=2, slots=3, max_len=256, split_len=64)
     build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=lambda _: None)
     assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "cuda"), device_of(cuda()), rng, graph=True)
+
+
+RUNTIME_ONLY_STEP = """
+import sys
+import numpy as np, tvm
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.runtime.module import load
+from gdn_tvm.runtime.stack import HybridStack
+cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64)
+stack = HybridStack(cfg, load(sys.argv[1], cfg, "cuda"), tvm.cuda(0), seed=3)
+stack.capture()
+x = np.load(sys.argv[2])
+for t in range(4):
+    out = stack.step_graph(x[t], [t], [0]).numpy()
+np.save(sys.argv[3], out)
+maps = open("/proc/self/maps").read()
+print("compiler loaded:", "libtvm_compiler" in maps, "| torch loaded:", "torch" in sys.modules)
+"""
+
+
+def test_runtime_only_process_decodes_a_cuda_build(tmp_path, rng):
+    """A CUDA build loaded where the TVM compiler never is (TVM_USE_RUNTIME_LIB=1, as a deployment without the
+    compiler): `load` registers the CUDA module loader itself, and 4 graph-replayed steps equal the same steps of a
+    stack built in this process."""
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64)
+    build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=lambda _: None)
+    x = rng.standard_normal((4, 1, cfg.model.hidden)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", RUNTIME_ONLY_STEP, str(tmp_path), str(tmp_path / "x.npy"), str(tmp_path / "out.npy")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compiler loaded: False" in done.stdout, done.stdout
+    stack = HybridStack(cfg, load(tmp_path, cfg, "cuda"), device_of(cuda()), seed=3)
+    for t in range(4):
+        out = stack.step(x[t], [t], [0]).numpy()
+    assert np.array_equal(np.load(tmp_path / "out.npy"), out)

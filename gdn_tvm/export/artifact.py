@@ -5,12 +5,20 @@ A workload without a record is an error naming it, unless `allow_hand`: then its
 the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule. `dlight=True`
 builds TVM's dlight default schedules instead (the benchmarks' untuned baseline), leaving out the ops no dlight
 rule fits.
+
+A build is written into a temporary folder beside its destination (`.<name>.partial-<random>`, same parent) and
+renamed into place at the end, replacing an earlier build of that name only then: an interrupted build leaves no
+half-written folder under the final name. `load` never looks at temporary folders; the next build of the name
+removes those left over. The manifest records the library's size and SHA-256 and a digest of what `load` reads
+(`runtime.module.digest`), so that `load` refuses a truncated or altered library and an edited manifest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +33,7 @@ from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import get, workload_groups
-from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json
+from gdn_tvm.runtime.module import FORMAT, MANIFEST, arg_to_json, digest, file_sha256
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import Workload, workload
 
@@ -105,42 +113,20 @@ def build(
     kind = target.kind.name
     names = step_ops(cfg) if names is None else names
     scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
-    folder = Path(out) / naming.build(cfg, kind)
-    folder.mkdir(parents=True, exist_ok=True)
-    library = folder / f"{folder.name}.so"
-    mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
-    manifest = {
-        "format": FORMAT,
-        "key": naming.build(cfg, kind),
-        "target": kind,
-        "tvm": tvm.__version__,
-        "library": library.name,
-        "config": dataclasses.asdict(cfg),
-        "target_json": json.loads(str(target)),  # str(Target) is its JSON
-    }
-    if kind == "cuda" and not tvm.runtime.enabled("cuda"):
-        manifest["cuda_compile"] = cuda_compiler(
-            cuda_stub.export_with_stub(mod, target, library, Path(out) / "cuda_stub")
-        )
-    else:
-        export_library(mod, target, library)
-        if kind == "cuda":
-            manifest["cuda_compile"] = cuda_compiler()
-    hand = [s.name for s in scheduled if s.source == "hand"]
-    manifest["hand_schedules"] = hand
-    manifest["functions"] = {
-        s.name: {
-            "workload": s.key,
-            "schedule": s.source,
-            "record": s.digest,
-            "tuned_us": s.tuned_us,
-            "tuned_with": s.tuned_with,
-            "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
-        }
-        for s in scheduled
-    }
-    path = folder / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
+    final = Path(out) / naming.build(cfg, kind)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for leftover in final.parent.glob(f".{final.name}.partial-*"):  # of interrupted builds
+        shutil.rmtree(leftover)
+    folder = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    try:
+        manifest = _export(cfg, target, scheduled, folder / f"{final.name}.so", Path(out) / "cuda_stub")
+        _move_into_place(folder, final)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    library = final / manifest["library"]
+    hand = manifest["hand_schedules"]
     fallback = f" ({', '.join(hand)})" if hand else ""
     counts = {k: sum(s.source == k for s in scheduled) for k in ("tuned", "hand", "dlight")}
     sources = ", ".join(f"{n} {k}" for k, n in counts.items() if n or k != "dlight")
@@ -152,4 +138,56 @@ def build(
             f"warning: {len(other)} op(s) were tuned with another compiler than this build's {compiler}: "
             f"{', '.join(other)}; their records were ranked on other machine code (re-tune them with this compiler)"
         )
-    return path
+    return final / MANIFEST
+
+
+def _export(
+    cfg: DecodeConfig, target: tvm.target.Target, scheduled: list[Scheduled], library: Path, stub: Path
+) -> dict:
+    """Compile `scheduled` into `library` and write the manifest beside it; returns the manifest."""
+    kind = target.kind.name
+    mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
+    manifest: dict = {
+        "format": FORMAT,
+        "key": naming.build(cfg, kind),
+        "target": kind,
+        "tvm": tvm.__version__,
+        "library": library.name,
+        "config": dataclasses.asdict(cfg),
+        "target_json": json.loads(str(target)),  # str(Target) is its JSON
+    }
+    if kind == "cuda" and not tvm.runtime.enabled("cuda"):
+        manifest["cuda_compile"] = cuda_compiler(cuda_stub.export_with_stub(mod, target, library, stub))
+    else:
+        export_library(mod, target, library)
+        if kind == "cuda":
+            manifest["cuda_compile"] = cuda_compiler()
+    manifest["library_bytes"] = library.stat().st_size
+    manifest["library_sha256"] = file_sha256(library)
+    manifest["hand_schedules"] = [s.name for s in scheduled if s.source == "hand"]
+    manifest["functions"] = {
+        s.name: {
+            "workload": s.key,
+            "schedule": s.source,
+            "record": s.digest,
+            "tuned_us": s.tuned_us,
+            "tuned_with": s.tuned_with,
+            "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
+        }
+        for s in scheduled
+    }
+    manifest["digest"] = digest(manifest)
+    (library.parent / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _move_into_place(folder: Path, final: Path) -> None:
+    """Rename `folder` to `final`; an existing `final` is renamed aside first (to a name the next build removes)
+    and deleted after."""
+    if not final.exists():
+        folder.rename(final)
+        return
+    aside = folder.with_name(f"{folder.name}-old")
+    final.rename(aside)
+    folder.rename(final)
+    shutil.rmtree(aside)
