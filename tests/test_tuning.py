@@ -154,11 +154,11 @@ def test_commands_report_a_missing_record_and_an_unknown_op(tmp_path, capsys):
 
 
 def _written_log(root: Path, record_line: str):
-    """The sigmoid_gate workload and its log folder under `root`, holding one workload line and `record_line`."""
+    """The sigmoid_gate workload and its log folder under `root`, holding its workload table and `record_line`."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     folder = records.folder(root, w)
     folder.mkdir(parents=True)
-    (folder / records.WORKLOADS).write_text('["123", "abc"]\n')
+    ms.database.JSONDatabase(work_dir=str(folder)).commit_workload(w.mod)
     (folder / records.RECORDS).write_text(record_line + "\n")
     return w, folder
 

@@ -1,18 +1,28 @@
-"""Tuning-log folders: validation (a corrupt or foreign log is an error naming the file), pruning to the best
-record, the strict lookup `make build` applies, and the per-workload summary."""
+"""Tuning-log folders: validation (a corrupt or foreign log is an error naming the file, and the line or field where
+that helps), pruning to the best record, the strict lookup `make build` applies, and the per-workload summary.
+
+A log is checked in Python before TVM reads it, for the structure MetaSchedule writes: TVM's readers trust their
+input (a trace decision's index is written to unchecked, a null where they expect an object is dereferenced, an
+IRModule graph's node indices are followed without a cycle check, a length prefix is allocated as given), so a
+corrupt line could crash the process rather than raise. tests/test_records_fuzz.py holds these checks to account."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import functools
 import hashlib
 import json
 import lzma
+import math
 import shutil
-import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
+from tvm_ffi import core as ffi_core
 
 from gdn_tvm.tuning.workload import Workload
 
@@ -21,6 +31,11 @@ PACKED = WORKLOADS + ".xz"  # ... as a pruned log keeps it: serialised IRModules
 RECORDS = "database_tuning_record.json"  # ... and the tuning records
 SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run, CUDA compiler
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
+# summary.json's fields and their types, as the tuner writes them ("compiler" for CUDA only). They report the last
+# tuning run and are not checked against the record; fields not listed here are ignored.
+SUMMARY_FIELDS = {"ops": list, "trials": int, "best_us": float, "hand_us": float, "hand_designs": str, "timing": str}
+SUMMARY_FIELDS |= {"note": str, "compiler": str}
+MAX_SECS = 1e10  # the run time MetaSchedule records for a candidate that failed, the longest it writes
 
 
 class TuningLogError(RuntimeError):
@@ -33,23 +48,17 @@ class MissingRecordError(LookupError):
 
 @dataclass(frozen=True)
 class Found:
-    """The best record of a workload, the folder it came from and a hash of the record file."""
+    """The best record of a workload, the folder it came from, a hash of the record file, and the CUDA compiler and
+    release the record was timed with (`summary.json`; None for other targets and for a log without a summary)."""
 
     record: ms.database.TuningRecord
     folder: Path
     digest: str
+    compiler: str | None
 
     @property
     def run_us(self) -> float:
         return mean_us(self.record)
-
-    @property
-    def compiler(self) -> str | None:
-        """The CUDA compiler and release the record was timed with (`summary.json`); None for other targets and
-        for a log without a summary (copied without it, or from before summaries named it)."""
-        if not (self.folder / SUMMARY).exists():
-            return None
-        return read_summary(self.folder).get("compiler")
 
 
 def folder(root: str | Path, w: Workload) -> Path:
@@ -67,69 +76,244 @@ def mean_us(record: ms.database.TuningRecord) -> float:
 
 
 def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.Database:
-    """The database in `path`, validated first: `TuningLogError` naming the file if a line does not parse, has
-    the wrong structure, or holds a record tuned for a target kind other than `kind`. A pruned log (workload
-    table packed) opens read-only, in memory; otherwise a JSON database that commits append to `path`."""
-    if (path / PACKED).exists():
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / WORKLOADS).write_bytes(_unpack(path / PACKED))
-            shutil.copyfile(path / RECORDS, Path(tmp) / RECORDS)
-            db = _open_json(Path(tmp), kind, create=False, shown=path)
-            memory = ms.database.MemoryDatabase()
-            db.dump_pruned(memory)  # a pruned log holds one record per workload: nothing is lost
-            return memory
-    return _open_json(path, kind, create=create, shown=path)
-
-
-def _open_json(path: Path, kind: str, *, create: bool, shown: Path) -> ms.database.JSONDatabase:
+    """The database in `path`, checked first: `TuningLogError` naming the file (and line) if a file is missing,
+    unreadable or empty, a line is not what MetaSchedule writes, a record was tuned for a target kind other than
+    `kind`, or TVM cannot load a line. A log (its workload table packed or not) opens read-only, in memory; with
+    `create`, a scratch database: MetaSchedule's JSON database in `path`, created if missing, that commits append to."""
+    workloads, records = _tables(path, kind, create)
     if not create:
-        for name in (WORKLOADS, RECORDS):
-            if not (path / name).exists():
-                raise TuningLogError(f"{shown / name}: missing (a tuning log needs {WORKLOADS} and {RECORDS})")
-    n_workloads = _check_lines(path / WORKLOADS, _check_workload_line, shown / _packed_name(shown))
-    _check_lines(path / RECORDS, lambda line: _check_record_line(line, n_workloads, kind), shown / RECORDS)
+        return _load(path, workloads, records)
     try:
-        return ms.database.JSONDatabase(work_dir=str(path), allow_missing=create)
-    except Exception as err:  # TVM's loader reports C++ errors; name the files
-        raise TuningLogError(f"{shown / WORKLOADS} / {RECORDS}: MetaSchedule cannot load them: {err}") from err
+        return ms.database.JSONDatabase(work_dir=str(path), allow_missing=True)
+    except Exception as err:  # TVM raises its C++ errors as Python exceptions of several types
+        raise TuningLogError(f"{path}: MetaSchedule cannot load the database: {_reason(err)}") from err
+
+
+def _tables(path: Path, kind: str, create: bool) -> tuple[list, list]:
+    """The lines of the workload table and of the record file in `path`, parsed and checked; a file that a scratch
+    database (`create`) has yet to write counts as empty."""
+    table, records = path / _packed_name(path), path / RECORDS
+    if not create:
+        for file in (table, records):
+            if not file.exists():
+                raise TuningLogError(f"{file}: missing (a tuning log holds {RECORDS} and {WORKLOADS} or {PACKED})")
+    workloads = _check_lines(table, _check_workload_line)
+    lines = _check_lines(records, lambda line: _check_record_line(line, len(workloads), kind))
+    if not (lines or create):
+        raise TuningLogError(f"{records}: empty (a tuning log holds a record)")
+    return workloads, lines
+
+
+def _load(path: Path, workloads: list, records: list) -> ms.database.MemoryDatabase:
+    """The checked lines loaded by TVM one at a time into a read-only database; `TuningLogError` naming the line
+    TVM rejects (an IRModule that does not deserialise, a trace that does not replay on it, a target TVM refuses)."""
+    db = ms.database.MemoryDatabase()
+    loaded = []
+    for i, line in enumerate(workloads, 1):
+        with _named(path / _packed_name(path), i, "the IRModule does not deserialise"):
+            loaded.append(db.commit_workload(ms.database.Workload.from_json(line).mod))
+    for i, (index, record) in enumerate(records, 1):
+        with _named(path / RECORDS, i, "MetaSchedule cannot load the record"):
+            db.commit_tuning_record(ms.database.TuningRecord.from_json(record, loaded[index]))
+    return db
+
+
+@contextlib.contextmanager
+def _named(file: Path, line: int, what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception as err:  # TVM raises its C++ errors as Python exceptions of several types
+        raise TuningLogError(f"{file}: line {line}: {what}: {_reason(err)}") from err
+
+
+def _reason(err: Exception) -> str:
+    """The last line of a TVM error (the first repeats the whole input)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
 
 
 def _packed_name(path: Path) -> str:
     return PACKED if (path / PACKED).exists() else WORKLOADS
 
 
-def _unpack(path: Path) -> bytes:
+def _read(file: Path) -> str:
+    """The text of `file`, unpacked if it is the packed workload table; `TuningLogError` naming it if it cannot be
+    read, is not xz (packed) or is not UTF-8."""
     try:
-        return lzma.decompress(path.read_bytes())
+        data = file.read_bytes()
+        return (lzma.decompress(data) if file.name == PACKED else data).decode()
     except lzma.LZMAError as err:
-        raise TuningLogError(f"{path}: not an xz file: {err}") from None
+        raise TuningLogError(f"{file}: not an xz file: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise TuningLogError(f"{file}: unreadable ({err})") from None
 
 
-def _check_lines(path: Path, check, shown: Path) -> int:
-    if not path.exists():
-        return 0
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    for i, line in enumerate(lines, 1):
+def _parse(text: str):
+    """JSON as MetaSchedule writes it: no NaN, no infinity (ValueError; RecursionError if nested too deep)."""
+    return json.loads(text, parse_float=_finite, parse_constant=_finite)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _check_lines(file: Path, check: Callable[[object], None]) -> list:
+    """The lines of the MetaSchedule table `file` (none if it does not exist) parsed, each passed to `check`;
+    `TuningLogError` naming the file and line."""
+    lines = _read(file).split("\n") if file.exists() else [""]
+    if lines[-1] == "":  # what follows the newline that ends the last line
+        lines.pop()
+    values = []
+    for i, text in enumerate(lines, 1):
         try:
-            check(json.loads(line))
-        except (ValueError, TypeError, KeyError, IndexError) as err:
-            raise TuningLogError(f"{shown}: line {i} is not a MetaSchedule record: {err}") from None
-    return len(lines)
+            values.append(_parse(text))
+            check(values[-1])
+        except (ValueError, RecursionError) as err:
+            raise TuningLogError(f"{file}: line {i}: {err}") from None
+    return values
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _is_index(value, n: int) -> bool:
+    """`value` is an int (not a bool) in [0, n)."""
+    return type(value) is int and 0 <= value < n
 
 
 def _check_workload_line(line) -> None:
-    if not (isinstance(line, list) and len(line) == 2 and all(isinstance(x, str) for x in line)):
-        raise ValueError("expected [structural hash, serialised IRModule]")
+    """[structural hash, serialised IRModule]: base64 of a length-prefixed JSON object graph."""
+    _require(
+        isinstance(line, list) and len(line) == 2 and all(type(x) is str for x in line),
+        "expected [structural hash, serialised IRModule]",
+    )
+    _require(line[0].isascii() and line[0].isdigit(), "the structural hash is not a decimal number")
+    try:
+        raw = base64.b64decode(line[1], validate=True)
+        _require(len(raw) >= 8 and int.from_bytes(raw[:8], "little") == len(raw) - 8, "its length prefix is wrong")
+        _check_graph(_parse(raw[8:].decode()))
+    except ValueError as err:  # binascii.Error and UnicodeDecodeError among them
+        raise ValueError(f"serialised IRModule: {err}") from None
+
+
+def _check_graph(graph) -> None:
+    """A JSON object graph as tvm_ffi writes it: nodes that refer only to nodes before them, no container holding
+    None. TVM's reader follows references without a cycle check, and a null function crashes the structural hash."""
+    _require(isinstance(graph, dict) and isinstance(graph.get("nodes"), list), "expected a JSON object graph")
+    nodes = graph["nodes"]
+    _require(_is_index(graph.get("root_index"), len(nodes)), "root_index: expected the index of a node")
+    for n, node in enumerate(nodes):
+        _require(isinstance(node, dict) and type(node.get("type")) is str, f"node {n}: expected a typed node")
+        for ref in _references(node):
+            _require(_is_index(ref, n), f"node {n} ({node['type']}) refers to {ref!r}, not to a node before it")
+            _require(node["type"] not in _CONTAINERS or nodes[ref]["type"] != "None", f"node {n} holds None")
+
+
+_CONTAINERS = ("ffi.Array", "ffi.List", "ffi.Map", "ffi.Dict")  # data: a list of node indices
+_INLINE = (0, 1, 2, 3, 5)  # tvm_ffi type indices of None, int, bool, float, dtype: field values stored in the node
+
+
+def _references(node: dict) -> list:
+    """The node indices in `node`'s data that tvm_ffi's graph reader follows."""
+    data = node.get("data")
+    if node["type"] in _CONTAINERS:
+        return data if isinstance(data, list) else []
+    return [data[f] for f in _reference_fields(node["type"]) if f in data] if isinstance(data, dict) else []
+
+
+@functools.cache
+def _reference_fields(type_key: str) -> tuple[str, ...]:
+    """The fields of objects of `type_key` that hold node indices: all but inline ones, none for a type with its own
+    JSON reader or unknown to tvm_ffi. (tvm_ffi's reflection has no public lookup by key; it is pinned with TVM.)"""
+    index = ffi_core._object_type_key_to_index(type_key)
+    if index is None or ffi_core._lookup_type_attr(index, "__data_from_json__") is not None:
+        return ()
+    fields: list[str] = []
+    info = ffi_core._type_index_to_type_info(index)
+    while info is not None:  # the type's fields and its ancestors'
+        fields += [f.name for f in info.fields if f.field_static_type_index not in _INLINE]
+        info = info.parent_type_info
+    return tuple(fields)
 
 
 def _check_record_line(line, n_workloads: int, kind: str) -> None:
-    index, (trace, run_secs, target, _args) = line
-    if not (isinstance(index, int) and 0 <= index < n_workloads):
-        raise ValueError(f"workload index {index!r} outside the {n_workloads} workloads of {WORKLOADS}")
-    if not (isinstance(trace, list) and isinstance(run_secs, list) and isinstance(target, dict)):
-        raise ValueError("expected [trace, run_secs, target, args]")
-    if target.get("kind") != kind:
-        raise ValueError(f"foreign log: tuned for target {target.get('kind')!r}, this folder is for {kind!r}")
+    """[workload index, [trace, run_secs, target, args]], tuned for target kind `kind`."""
+    _require(
+        isinstance(line, list) and len(line) == 2 and isinstance(line[1], list) and len(line[1]) == 4,
+        "expected [workload index, [trace, run_secs, target, args]]",
+    )
+    index, (trace, run_secs, target, args) = line
+    _require(_is_index(index, n_workloads), f"workload index {index!r} outside the {n_workloads} workloads")
+    _check_trace(trace)
+    _require(
+        isinstance(run_secs, list)
+        and len(run_secs) > 0
+        and all(type(s) in (int, float) and 0 <= s <= MAX_SECS for s in run_secs),
+        f"run_secs: expected seconds in [0, {MAX_SECS:g}]",
+    )
+    _require(isinstance(target, dict), "target: expected an object")
+    _require(
+        target.get("kind") == kind, f"foreign log: tuned for target {target.get('kind')!r}, this folder is for {kind!r}"
+    )
+    _require(
+        isinstance(args, list) and all(_is_tensor_info(arg) for arg in args),
+        'args: expected a list of ["TENSOR", dtype, shape]',
+    )
+
+
+def _is_tensor_info(arg) -> bool:
+    """["TENSOR", dtype, shape of ints] (TVM's reader dereferences a null in the shape)."""
+    return (
+        isinstance(arg, list)
+        and len(arg) == 3
+        and arg[0] == "TENSOR"
+        and type(arg[1]) is str
+        and isinstance(arg[2], list)
+        and all(type(d) is int for d in arg[2])
+    )
+
+
+def _check_trace(trace) -> None:
+    """[instructions, decisions]: each instruction [kind, inputs, attrs, outputs], each decision [the index of its
+    instruction, value]; no null (MetaSchedule writes "None" for an absent random variable, and TVM's instructions
+    dereference a null they do not expect); an input that is a serialised object (an index map) a JSON object graph."""
+    _require(
+        isinstance(trace, list) and len(trace) == 2 and all(isinstance(x, list) for x in trace),
+        "trace: expected [instructions, decisions]",
+    )
+    insts, decisions = trace
+    for i, inst in enumerate(insts):
+        _require(
+            isinstance(inst, list)
+            and len(inst) == 4
+            and type(inst[0]) is str
+            and all(isinstance(x, list) for x in inst[1:])
+            and all(type(x) is str for x in inst[3]),
+            f"trace instruction {i}: expected [kind, inputs, attrs, outputs]",
+        )
+        _require(None not in _leaves(inst), f"trace instruction {i}: null")
+        for value in _leaves(inst[1]):
+            if type(value) is str and value[:1] == "{" and value[-1:] == "}":
+                _check_graph(_parse(value))
+    for decision in decisions:
+        _require(
+            isinstance(decision, list) and len(decision) == 2 and _is_index(decision[0], len(insts)),
+            f"trace decision {decision!r}: expected [instruction index, value]",
+        )
+        _require(None not in _leaves(decision), f"trace decision {decision!r}: null")
+
+
+def _leaves(value) -> Iterator:
+    """The values in `value`, its lists and objects flattened."""
+    if isinstance(value, list | dict):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _leaves(item)
+    else:
+        yield value
 
 
 def best(db: ms.database.Database, w: Workload) -> ms.database.TuningRecord | None:
@@ -141,17 +325,22 @@ def best(db: ms.database.Database, w: Workload) -> ms.database.TuningRecord | No
 
 
 def lookup(root: str | Path, w: Workload) -> Found:
-    """The best record of `w` under `root`: `MissingRecordError` without one, `TuningLogError` for a bad log."""
+    """The best record of `w` under `root`: `MissingRecordError` without a log, or for a log of another definition
+    of the op; `TuningLogError` for a log that cannot be used."""
     path = folder(root, w)
     if not has_log(path):
         raise MissingRecordError(f"no tuning record for workload {w.key} (op {w.op.name}): no log in {path}")
-    record = best(open_db(path, w.kind), w)
-    if record is None:
+    compiler = read_summary(path).get("compiler") if (path / SUMMARY).exists() else None
+    db = open_db(path, w.kind)
+    if not db.has_workload(w.mod):
         raise MissingRecordError(
             f"no tuning record for workload {w.key} (op {w.op.name}): {path / _packed_name(path)} holds another "
             "definition (the op changed since it was tuned; re-tune it with --force)"
         )
-    return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16])
+    record = best(db, w)
+    if record is None:
+        raise TuningLogError(f"{path / RECORDS}: no usable record of {w.key} (each failed or has an empty trace)")
+    return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16], compiler)
 
 
 def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Schedule:
@@ -169,7 +358,7 @@ def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Sc
 def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
     """Replace the log in `path` by `record`, its workload table packed."""
     drop(path)
-    out = _open_json(path, kind, create=True, shown=path)
+    out = open_db(path, kind, create=True)
     out.commit_tuning_record(
         ms.database.TuningRecord(
             record.trace, out.commit_workload(record.workload.mod), record.run_secs, record.target, record.args_info
@@ -190,7 +379,7 @@ def seed_scratch(path: Path) -> None:
     scratch = path / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
     if (path / PACKED).exists() and not (scratch / WORKLOADS).exists():
-        (scratch / WORKLOADS).write_bytes(_unpack(path / PACKED))
+        (scratch / WORKLOADS).write_bytes(_read(path / PACKED).encode())
     for name in (WORKLOADS, RECORDS):
         if (path / name).exists() and not (scratch / name).exists():
             shutil.copyfile(path / name, scratch / name)
@@ -201,7 +390,15 @@ def write_summary(path: Path, summary: dict) -> None:
 
 
 def read_summary(path: Path) -> dict:
+    """`summary.json` in `path`: an object with the `SUMMARY_FIELDS` of their types; `TuningLogError` otherwise."""
+    file = path / SUMMARY
     try:
-        return json.loads((path / SUMMARY).read_text())
-    except (OSError, ValueError) as err:
-        raise TuningLogError(f"{path / SUMMARY}: unreadable ({err}); re-tune the workload with --force") from None
+        summary = _parse(_read(file))
+        _require(isinstance(summary, dict), "expected an object")
+        for name, kind in SUMMARY_FIELDS.items():
+            if name != "compiler" or name in summary:  # only CUDA logs name their compiler
+                _require(type(summary.get(name)) is kind, f"{name}: expected {kind.__name__}")
+        _require(all(type(op) is str for op in summary["ops"]), "ops: expected names")
+    except (ValueError, RecursionError) as err:
+        raise TuningLogError(f"{file}: unreadable ({err}); re-tune the workload with --force") from None
+    return summary

@@ -1,0 +1,389 @@
+"""Damaged tuning logs: every damaged or edited log ends in a `TuningLogError` naming the file (and the line or
+field), in `MissingRecordError` where the log holds another definition, or in a lookup that succeeds, and then
+only where the log is still valid.
+
+The base is a committed log, tuning_logs/cuda/gates-f32-B1-Hv16 (a lookup needs no GPU). Valid means: what
+records.py checks is as MetaSchedule writes it, the rest is TVM's to judge. Free parts may change and the lookup
+must still succeed: the values of summary.json's fields (of their types; `compiler` may go, unknown fields are
+ignored), the workload line's structural hash (decimal; TVM recomputes it) and run_secs (seconds in [0, 1e10]).
+TVM judges the trace (it must replay), the target's attributes other than its kind (the build compiles for its own
+target), the args and the serialised IRModule (one that deserialises to another module is another definition:
+`MissingRecordError`). Any other edit must end in a `TuningLogError`.
+
+TVM's readers trust what they read (a cyclic IRModule graph or a trace decision out of range crashes them), so the
+Python checks run first, in this process, with TVM's loading stubbed out; a case that passes them goes to `loader`:
+one interpreter that imports TVM once (~4 s) and forks a child for each lookup and replay, reporting how the child
+ended; a crash is a child killed by a signal.
+
+Hypothesis runs derandomized (the same cases every run). Outcomes are tallied per module and printed at its end:
+`pytest -s -p no:xdist tests/test_records_fuzz.py` shows the counts.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import lzma
+import math
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_manifest_fuzz import DELETE, changed, edit, edited, fuzz
+
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.tuning import records
+from gdn_tvm.tuning.records import PACKED, RECORDS, SUMMARY
+from gdn_tvm.tuning.workload import workload
+
+TALLY: Counter[str] = Counter()
+W = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1), "cuda")
+LOGS = Path(__file__).parent.parent / "tuning_logs"
+BASE = {name: (LOGS / W.key / name).read_bytes() for name in (RECORDS, PACKED, SUMMARY)}
+RECORD = json.loads(BASE[RECORDS])  # [workload index, [trace, run_secs, target, args]]
+TABLE_LINE = json.loads(lzma.decompress(BASE[PACKED]))  # [structural hash, serialised IRModule]
+GRAPH = json.loads(base64.b64decode(TABLE_LINE[1])[8:])  # the IRModule as a tvm_ffi JSON object graph
+INFO = json.loads(BASE[SUMMARY])
+# Looks up W under each log root read from stdin in a forked child, replays the record and prints the child's
+# outcome, then "exit <status>" (negative: killed by that signal).
+LOADER = """
+import os, signal, sys
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.tuning import records
+from gdn_tvm.tuning.workload import workload
+w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1), "cuda")
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a hung load ends as a crash
+        try:
+            found = records.lookup(line.strip(), w)
+            records.replay(found.record, w, found.folder)
+            print("found", flush=True)
+        except Exception as err:
+            print(f"{type(err).__name__}:", str(err).replace("\\n", " "), flush=True)
+        os._exit(0)
+    print("exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+class Reached(Exception):
+    """The Python checks passed: TVM would load the log next."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tally():
+    TALLY.clear()
+    TALLY.update(dict.fromkeys(["crashes", "silent successes", "valid logs refused"], 0))  # printed even when 0
+    yield
+    print(f"\n{__name__}: {dict(TALLY)}")
+
+
+@pytest.fixture(scope="module")
+def loader():
+    """`loader(root)` -> (what the child looking up W under `root` printed, its exit status)."""
+    argv = [sys.executable, "-c", LOADER]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def run(root: Path) -> tuple[str, int]:
+            proc.stdin.write(f"{root}\n")
+            proc.stdin.flush()
+            said = []
+            while not (line := proc.stdout.readline()).startswith("exit"):
+                assert line, "the loader process ended"
+                said.append(line.strip())
+            return " ".join(said), int(line.split()[1])
+
+        yield run
+        proc.stdin.close()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """The log root that each case overwrites."""
+    return tmp_path_factory.mktemp("logs")
+
+
+def packed(line: object) -> bytes:
+    """A workload table of `line`, packed."""
+    return lzma.compress((json.dumps(line) + "\n").encode())
+
+
+def serialised(text: str) -> str:
+    """An IRModule's JSON graph `text` as a workload line holds it: base64 of its length (8 bytes) and the text."""
+    data = text.encode()
+    return base64.b64encode(len(data).to_bytes(8, "little") + data).decode()
+
+
+def finite(text: str) -> float:
+    """A JSON number that is not NaN or infinite (ValueError otherwise)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
+
+
+def lines(data: bytes, name: str) -> list | None:
+    """The JSON values of a log file, one a line (summary.json: one), or None if it does not parse."""
+    try:
+        text = (lzma.decompress(data) if name == PACKED else data).decode()
+        split = [text] if name == SUMMARY else text.removesuffix("\n").split("\n")
+        return [json.loads(line, parse_float=finite, parse_constant=finite) for line in split]
+    except (ValueError, lzma.LZMAError):
+        return None
+
+
+def judge(files: dict[str, bytes | None]) -> str:
+    """What a change of the base log may end in: "free" (found), "tvm" (found or a named error), "another" (also
+    `MissingRecordError`: the IRModule changed) or "invalid" (a `TuningLogError`); see the module docstring."""
+    verdicts = set()
+    for name in (RECORDS, PACKED, SUMMARY):
+        data = files[name]
+        if data is None:
+            verdicts.add("free" if name == SUMMARY else "invalid")  # a log may come without its summary
+            continue
+        new = lines(data, name)
+        if new is None:
+            return "invalid"
+        if name == SUMMARY:
+            verdicts.add("free" if summary_ok(new[0]) else "invalid")
+        else:
+            verdicts |= {part(name, new, path) for path in changed(lines(BASE[name], name), new)}
+    return next((v for v in ("invalid", "another", "tvm") if v in verdicts), "free")
+
+
+def summary_ok(summary: object) -> bool:
+    """The base summary's fields with values of their types (`compiler` may go), ops names; others ignored."""
+    if not isinstance(summary, dict):
+        return False
+    kept = {key: summary.get(key, value if key == "compiler" else None) for key, value in INFO.items()}
+    return all(type(kept[key]) is type(value) for key, value in INFO.items()) and all(
+        type(op) is str for op in kept["ops"]
+    )
+
+
+def part(name: str, new: list, path: tuple) -> str:
+    """The verdict for a change at `path` in the lines `new` of a table or record file."""
+    if len(path) < 2:
+        return "invalid"  # lines added or removed, a line replaced by a value of another type or length
+    line, field = new[path[0]], path[1:]
+    if name == PACKED:
+        if field == (0,):
+            return "free" if type(line[0]) is str and line[0].isascii() and line[0].isdigit() else "invalid"
+        return "another" if field == (1,) else "invalid"
+    if field[:2] in ((1, 0), (1, 3)) or (field[:2] == (1, 2) and len(field) > 2 and field[2] != "kind"):
+        return "tvm"  # the trace, the args, a target attribute other than the kind
+    if field[:2] == (1, 1) and isinstance(secs := line[1][1], list) and secs:
+        ok = all(type(s) in (int, float) and 0 <= s <= 1e10 for s in secs)
+        return "free" if ok and any(np.float32(s) != 1e10 for s in secs) else "invalid"  # 1e10: a failed run
+    return "invalid"
+
+
+def attempt(root: Path, loader, files: dict[str, bytes | None]) -> str:
+    """Look W up in a log of `files` (None: absent) under `root`: "found", "TuningLogError: <message>" or
+    "MissingRecordError: <message>". The Python checks run here; a log that passes them is looked up (and its
+    record replayed) by the loader. A crash or any other exception fails the test."""
+    folder = records.folder(root, W)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        if data is not None:
+            (folder / name).write_bytes(data)
+    TALLY["cases"] += 1
+    try:
+        with mock.patch.object(records, "_load", side_effect=Reached):
+            records.lookup(root, W)
+    except (records.TuningLogError, records.MissingRecordError) as err:
+        TALLY["stopped by the Python checks"] += 1
+        return f"{type(err).__name__}: {err}"
+    except Reached:
+        said, status = loader(root)
+        TALLY["loaded by TVM in a child"] += 1
+        if status < 0:
+            TALLY["crashes"] += 1
+            pytest.fail(f"the loading process was killed by signal {-status}")
+        assert status == 0 and said.startswith(("found", "TuningLogError:", "MissingRecordError:")), said
+        return said
+    raise AssertionError("lookup returned with TVM's loading stubbed out")
+
+
+def expect(got: str, verdict: str, *names: str) -> None:
+    """`got` is what `verdict` allows (see `judge`); an error holds every one of `names` (the file, the field)."""
+    if got == "found":
+        if verdict not in ("free", "tvm", "another"):
+            TALLY["silent successes"] += 1
+            pytest.fail("an invalid log was looked up")
+        TALLY["valid logs found"] += 1
+        return
+    if verdict == "free":
+        TALLY["valid logs refused"] += 1
+        pytest.fail(f"a valid log was refused: {got}")
+    kind = got.split(":")[0]
+    assert kind == "TuningLogError" or (kind == "MissingRecordError" and verdict == "another"), got
+    assert all(name in got for name in names), f"{got!r} does not name {names}"
+    TALLY["named errors"] += 1
+
+
+def with_record(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
+    """The base log, its record line's field or item at `path` set to `value` (deleted by default)."""
+    return BASE | {RECORDS: (json.dumps(edited(RECORD, path, value)) + "\n").encode()}
+
+
+def with_graph(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
+    """The base log, its IRModule's graph edited at `path`."""
+    return BASE | {PACKED: packed([TABLE_LINE[0], serialised(json.dumps(edited(GRAPH, path, value)))])}
+
+
+def with_summary(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
+    """The base log, its summary edited at `path`."""
+    return BASE | {SUMMARY: json.dumps(edited(INFO, path, value)).encode()}
+
+
+TRACE, SECS, TARGET = (1, 0), (1, 1), (1, 2)
+SPLIT = (*TRACE, 0, 4)  # ["Split", ["l4", "None", 128], [1, 0], ["l5", "l6"]]
+FUNCTIONS = GRAPH["nodes"][GRAPH["root_index"]]["data"]["global_var_map_"]  # the node of {"main": GlobalVar}
+CYCLE = {"root_index": 1, "nodes": [{"type": "None"}, {"type": "ffi.Array", "data": [1]}]}  # an array in itself
+GARBAGE = bytes(range(128, 256)) * 3  # not UTF-8, not xz, not JSON
+# (id, the log's files, the verdict, what the message must hold besides the file)
+CASES = [
+    ("records: random bytes", BASE | {RECORDS: GARBAGE}, "invalid", f"{RECORDS}: unreadable"),
+    ("records: empty", BASE | {RECORDS: b""}, "invalid", f"{RECORDS}: empty"),
+    ("records: missing beside the packed table", BASE | {RECORDS: None}, "invalid", f"{RECORDS}: missing"),
+    ("table: missing beside the records", BASE | {PACKED: None}, "invalid", f"{records.WORKLOADS}: missing"),
+    ("table: not xz", BASE | {PACKED: GARBAGE}, "invalid", f"{PACKED}: not an xz file"),
+    ("table: xz of random bytes", BASE | {PACKED: lzma.compress(GARBAGE)}, "invalid", f"{PACKED}: unreadable"),
+    ("table: xz of non-JSON", BASE | {PACKED: lzma.compress(b"[1,\n")}, "invalid", "line 1: Expecting value"),
+    ("table: JSON of another shape", BASE | {PACKED: packed({"a": 1})}, "invalid", "line 1: expected [structural"),
+    ("table: hash not a number", BASE | {PACKED: packed(["x1", TABLE_LINE[1]])}, "invalid", "structural hash"),
+    ("table: IRModule not base64", BASE | {PACKED: packed([TABLE_LINE[0], "ab!"])}, "another", "IRModule: "),
+    # TVM allocates what the length prefix says (4 GiB here) before it fails.
+    ("table: length prefix", BASE | {PACKED: packed([TABLE_LINE[0], "AAAAAAEAAAB7fQ=="])}, "another", "length"),
+    (
+        "table: IRModule graph not JSON",
+        BASE | {PACKED: packed([TABLE_LINE[0], serialised("{")])},
+        "another",
+        "IRModule: Expecting",
+    ),
+    ("table: IRModule graph of another shape", with_graph((), [1]), "another", "expected a JSON object graph"),
+    # TVM's reader follows a cycle until the stack overflows, and None in the function map crashes its hash.
+    ("table: IRModule graph cyclic", with_graph(("nodes", 9, "data", 0), 9), "another", "not to a node before"),
+    (
+        "table: IRModule graph with None in a map",
+        with_graph(("nodes", FUNCTIONS, "data", 1), 0),
+        "another",
+        "holds None",
+    ),
+    (
+        "table: IRModule that does not deserialise",
+        with_graph(("nodes", 5, "type"), "no.Such"),
+        "another",
+        "the IRModule does not deserialise",
+    ),
+    (
+        "table: another workload's log",
+        {n: (LOGS / "cuda/gates-f32-B1-Hv32" / n).read_bytes() for n in BASE},
+        "another",
+        "holds another definition",
+    ),
+    ("summary: random bytes", BASE | {SUMMARY: GARBAGE}, "invalid", f"{SUMMARY}: unreadable"),
+    ("summary: a list", BASE | {SUMMARY: b"[]"}, "invalid", "expected an object"),
+    ("summary: trials a string", with_summary(("trials",), "6"), "invalid", "trials: expected int"),
+    ("summary: ops of numbers", with_summary(("ops",), [1]), "invalid", "ops: expected names"),
+    ("summary: best_us missing", with_summary(("best_us",)), "invalid", "best_us: expected float"),
+    ("summary: best_us NaN", BASE | {SUMMARY: BASE[SUMMARY].replace(b"0.95", b"NaN")}, "invalid", "NaN"),
+    ("record: not JSON", BASE | {RECORDS: b"[0, [[[], []], [1e-05"}, "invalid", f"{RECORDS}: line 1:"),
+    ("record: a dict", BASE | {RECORDS: b'{"a": 1, "b": 2}'}, "invalid", "expected [workload index"),
+    ("record: index out of range", with_record((0,), 1), "invalid", "workload index 1 outside"),
+    ("record: index not an int", with_record((0,), "0"), "invalid", "workload index '0'"),
+    ("record: index a bool", with_record((0,), False), "invalid", "workload index False"),
+    ("record: trace not a list", with_record(TRACE, {}), "tvm", "trace: expected"),
+    ("record: instruction not a list", with_record((*TRACE, 0, 0), 3), "tvm", "trace instruction 0"),
+    # TVM stores a decision at its index unchecked; an index map input is a graph like an IRModule.
+    ("record: decision out of range", with_record((*TRACE, 1), [[99, 1]]), "tvm", "trace decision [99, 1]"),
+    ("record: input a cyclic graph", with_record((*SPLIT, 1, 0), json.dumps(CYCLE)), "tvm", "not to a node before"),
+    ("record: run_secs of strings", with_record((*SECS, 0), "1e-6"), "invalid", "run_secs: expected seconds"),
+    ("record: run_secs negative", with_record((*SECS, 0), -1e-6), "invalid", "run_secs"),
+    ("record: run_secs empty", with_record(SECS, []), "invalid", "run_secs"),
+    (
+        "record: run_secs NaN",
+        BASE | {RECORDS: BASE[RECORDS].replace(b"9.5275021574991124016e-07", b"NaN")},
+        "invalid",
+        "NaN is not a finite number",
+    ),
+    ("record: run_secs too large", with_record((*SECS, 0), 1e39), "invalid", "run_secs"),
+    ("record: target a list", with_record(TARGET, ["cuda"]), "invalid", "target: expected an object"),
+    ("record: target of another kind", with_record((*TARGET, "kind"), "llvm"), "invalid", "foreign log"),
+    ("record: target TVM refuses", with_record((*TARGET, "arch"), 90), "tvm", "cannot load the record"),
+    ("record: args not a list", with_record((1, 3), 5), "tvm", "args: expected a list"),
+    ("record: trace does not replay", with_record((*TRACE, 0, 1, 2, 0), "nope"), "tvm", "cannot load the record"),
+    ("record: only failed runs", with_record(SECS, [1e10]), "invalid", "no usable record"),
+    ("free: run_secs", with_record(SECS, [2e-6]), "free", ""),
+    ("free: the structural hash", BASE | {PACKED: packed(["42", TABLE_LINE[1]])}, "free", ""),
+    ("free: summary values", with_summary(("note",), "edited"), "free", ""),
+    ("free: an unknown summary field", with_summary(("extra",), 1), "free", ""),
+    ("free: no compiler", with_summary(("compiler",)), "free", ""),
+    ("free: no summary", BASE | {SUMMARY: None}, "free", ""),
+]
+
+
+@pytest.mark.parametrize("files, verdict, names", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_reported_cases(root, loader, files, verdict, names):
+    """Each case of the report, and the crashes the checks guard against, as a named error; free edits found."""
+    assert judge(files) == verdict
+    expect(attempt(root, loader, files), verdict, str(records.folder(root, W)), names)
+
+
+def damage(data: bytes, how: tuple) -> bytes:
+    """`data` truncated at `("truncate", n)`, byte i XORed by x at `("flip", i, x)`, bytes [i, j) replaced by `new`
+    at `("replace", i, j, new)` (for j < i, `new` is inserted and bytes [j, i) repeat)."""
+    if how[0] == "truncate":
+        return data[: how[1]]
+    if how[0] == "flip":
+        _, i, x = how
+        return data[:i] + bytes([data[i] ^ x]) + data[i + 1 :]
+    _, i, j, new = how
+    return data[:i] + new + data[j:]
+
+
+def damages(size: int):
+    """A `damage` to data of `size` bytes."""
+    index = st.integers(0, size - 1)
+    return st.one_of(
+        st.tuples(st.just("truncate"), index),
+        st.tuples(st.just("flip"), index, st.integers(1, 255)),
+        st.tuples(st.just("replace"), index, index, st.binary(max_size=16)),
+    )
+
+
+@fuzz(500)
+@given(data=st.data())
+def test_damaged_log_is_named_or_still_valid(root, loader, data):
+    name = data.draw(st.sampled_from([RECORDS, PACKED, SUMMARY]), label="file")
+    files = BASE | {name: damage(BASE[name], data.draw(damages(len(BASE[name])), label="damage"))}
+    expect(attempt(root, loader, files), judge(files), str(records.folder(root, W)))
+
+
+@fuzz(800)
+@given(data=st.data())
+def test_edited_log_is_named_or_still_valid(root, loader, data):
+    """An edit at any depth of the record line, the summary, the workload line or its IRModule's graph."""
+    where = data.draw(st.sampled_from(["record", "summary", "workload line", "graph"]), label="where")
+    if where == "record":
+        files = BASE | {RECORDS: edit(data, RECORD).encode() + b"\n"}
+    elif where == "summary":
+        files = BASE | {SUMMARY: edit(data, INFO).encode()}
+    elif where == "workload line":
+        files = BASE | {PACKED: lzma.compress(edit(data, TABLE_LINE).encode() + b"\n")}
+    else:
+        files = BASE | {PACKED: packed([TABLE_LINE[0], serialised(edit(data, GRAPH))])}
+    expect(attempt(root, loader, files), judge(files), str(records.folder(root, W)))
