@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +80,24 @@ def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
     """The CUDA C++ of `name`'s hand schedule with `knobs` (source only: no GPU here)."""
     source, _ = lower(OPS[name].schedule(cfg, "cuda", **knobs).mod)
     return source
+
+
+@contextlib.contextmanager
+def child_loader(argv: list[str], env: dict | None = None) -> Iterator[Callable[[Path], tuple[str, int]]]:
+    """A process started from `argv` that reads a path a line and reports what one forked child did with it, then a
+    line `exit <status>`: `run(path)` -> (what the child printed, its exit status; negative: killed by a signal).
+    TVM is imported once, and a case that crashes kills only its child."""
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def run(path: Path) -> tuple[str, int]:
+            proc.stdin.write(f"{path}\n")
+            proc.stdin.flush()
+            said = []
+            while not (line := proc.stdout.readline()).startswith("exit"):
+                assert line, "the loader process ended"
+                said.append(line.strip())
+            return " ".join(said), int(line.split()[1])
+
+        yield run
+        proc.stdin.close()

@@ -23,12 +23,12 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import child_loader
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_export import CFG, quiet
@@ -105,20 +105,8 @@ def loader():
     """`loader(folder)` -> (what the child loading that build printed, its exit status)."""
     argv = [sys.executable, "-c", LOADER, CFG.model.name, str(CFG.batch), str(CFG.max_len)]
     env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as proc:
-        assert proc.stdin is not None and proc.stdout is not None
-
-        def run(folder: Path) -> tuple[str, int]:
-            proc.stdin.write(f"{folder}\n")
-            proc.stdin.flush()
-            said = []
-            while not (line := proc.stdout.readline()).startswith("exit"):
-                assert line, "the loader process ended"
-                said.append(line.strip())
-            return " ".join(said), int(line.split()[1])
-
+    with child_loader(argv, env) as run:
         yield run
-        proc.stdin.close()
 
 
 def edited(manifest: object, path: tuple, value: object = DELETE) -> object:

@@ -26,7 +26,6 @@ import json
 import lzma
 import math
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -34,6 +33,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from conftest import child_loader
 from hypothesis import given
 from hypothesis import strategies as st
 from test_manifest_fuzz import DELETE, changed, edit, edited, fuzz
@@ -92,20 +92,8 @@ def tally():
 def loader():
     """`loader(root)` -> (what the child looking up W under `root` printed, its exit status)."""
     argv = [sys.executable, "-c", LOADER]
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
-        assert proc.stdin is not None and proc.stdout is not None
-
-        def run(root: Path) -> tuple[str, int]:
-            proc.stdin.write(f"{root}\n")
-            proc.stdin.flush()
-            said = []
-            while not (line := proc.stdout.readline()).startswith("exit"):
-                assert line, "the loader process ended"
-                said.append(line.strip())
-            return " ".join(said), int(line.split()[1])
-
+    with child_loader(argv) as run:
         yield run
-        proc.stdin.close()
 
 
 @pytest.fixture(scope="module")
