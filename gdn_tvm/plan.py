@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from gdn_tvm.config import STACKED, DecodeConfig, ModelConfig
 
 ROLES = ("input", "weight", "state", "act", "view")
-INPUTS = ("x", "slots", "positions")  # what a caller binds: the layer's input row and the step's index buffers
 VIEW_ALIGN = 64  # bytes: where a row view of a stacked projection may start (the kernels' vector loads)
 
 
 @dataclass(frozen=True)
 class Buffer:
-    """One tensor of a plan. `role`: input (bound by the caller: `INPUTS`), weight (the layer's, by name), state (a
-    pool `[slots, ...]` zeroed at bind and per released slot), act (allocated once), view (`shape` over the elements
-    `[start, start + prod(shape))` of buffer `base`, sharing its memory)."""
+    """One tensor of a plan. `role`: input (bound by the caller: `x`, the layer's input row, and the step's `slots`
+    and `positions`), weight (the layer's, by name), state (a pool `[slots, ...]` zeroed at bind and per released
+    slot), act (allocated once), view (`shape` over the elements `[start, start + prod(shape))` of buffer `base`,
+    sharing its memory)."""
 
     shape: tuple[int, ...]
     role: str
@@ -129,7 +129,8 @@ class _Builder:
 
     def __init__(self, kind: str, cfg: DecodeConfig, stacked: str):
         self.cfg, self.kind = cfg, kind
-        self.stacked = stacked if stacked in fusions(cfg).stacked else ""
+        self.fusions = fusions(cfg)
+        self.stacked = stacked if stacked in self.fusions.stacked else ""
         self.buffers: dict[str, Buffer] = {}
         self.launches: list[Launch] = []
         B, m = cfg.batch, cfg.model
@@ -206,7 +207,7 @@ def gdn(cfg: DecodeConfig) -> Plan:
     p = _Builder("gdn", cfg, "in_proj")
     conv_state = p.state("conv_state", cfg.slots, m.conv_dim, m.conv_kernel - 1)
     p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim)
-    fused = fusions(cfg).gdn_stages
+    fused = p.fusions.gdn_stages
     conv = {"conv_weight": "conv1d", "state": conv_state, "slots": "slots"}
     first = "qkv" if fused else "mixed"  # the epilogue's conv output, or the rows the conv kernel reads
     projections = [("in_proj_qkv", first, (B, m.conv_dim)), ("in_proj_z", "z", (B, hv * dv))]
@@ -249,7 +250,7 @@ def attention(cfg: DecodeConfig) -> Plan:
     p.launch("partial_neox_rope", q=qn, k=kn, positions="positions", q_out=qr, k_out=kr)
     caches = {"k_cache": "k_cache", "v_cache": "v_cache", **index}
     p.launch("kv_row_scatter", k=kr, v=v, **caches)
-    if fusions(cfg).split_kv:
+    if p.fusions.split_kv:
         ns = cfg.n_splits
         partials = {"m": p.act("split_max", B, hq, ns), "l": p.act("split_sum", B, hq, ns)}
         partials["acc"] = p.act("split_acc", B, hq, ns, d)
