@@ -10,8 +10,8 @@
 # (benchmarks/swap.py ARGS) into OUT_DIR/swap.jsonl;
 # ncu:OP BATCH [POSITION [ARGS]]: an Nsight Compute report of one op's hand kernel (benchmarks/profile.py) into OUT_DIR.
 # Several GPUs: one h200.sh per GPU (CUDA_VISIBLE_DEVICES), each with its own OUT_DIR.
-# Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline, pytest-xdist
-# and execnet to run the GPU tests in H200_TEST_JOBS (default 6) workers;
+# Wheels in .device/ are installed there (README "GPU work"): fla-core for the delta-rule baseline (or its contents
+# as .device/fla-core.tar.xz), pytest-xdist and execnet to run the GPU tests in H200_TEST_JOBS (default 6) workers;
 # .device/bench.tar.xz (`make bench-prebuild` here) holds prebuilt CUDA modules: then nothing compiles there.
 set -uo pipefail
 out=${1:?usage: benchmarks/h200.sh OUT_DIR [setup] [tests] [tune] [ops] [steps]}
@@ -22,6 +22,9 @@ if [ -z "${H200_READY:-}" ]; then  # once per machine; parallel runs of this scr
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1  # maps schedules/ in
     if compgen -G ".device/*.whl" >/dev/null; then  # fla-core; pytest-xdist + execnet (parallel GPU tests)
         python3 -m pip install -q --no-index --no-deps --target .device/extra .device/*.whl
+    fi
+    if [ -f .device/fla-core.tar.xz ]; then  # fla-core's wheel contents repacked (xz: half the wheel's size)
+        mkdir -p .device/extra && tar xJf .device/fla-core.tar.xz -C .device/extra
     fi
     [ -f .device/bench.tar.xz ] && mkdir -p build && tar xJf .device/bench.tar.xz -C build
 fi
@@ -50,8 +53,9 @@ for part in "${parts[@]}"; do
         args=${part#ops}
         dlight=(--dlight)
         [ -d "$bench/dlight" ] && dlight=(--dlight-library "$bench/dlight")
+        [ "${H200_DLIGHT:-1}" = 0 ] && dlight=()  # H200_DLIGHT=0: no dlight column
         # shellcheck disable=SC2086
-        python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} "${dlight[@]}" ${args#:} \
+        python3 -m benchmarks.run ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} ${dlight[@]+"${dlight[@]}"} ${args#:} \
             --out "$out/h200_ops.json" 2>&1 | tee -a "$out/bench_ops.log" || status=1
         ;;
     steps) python3 -m benchmarks.steps ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --out "$out/h200_steps.json" 2>&1 | tee "$out/bench_steps.log" || status=1 ;;

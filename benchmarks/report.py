@@ -36,21 +36,30 @@ def ops_table(data: dict) -> list[str]:
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
         f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not "
-        "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB).",
+        "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB). fla: the state in our "
+        "V-first layout (`state_v_first=True`); fla K-first: its default layout. A baseline that does not match the "
+        "float64 reference is not timed (wrong), one that raised is marked failed.",
         "",
         f"| op | B | TVM us | GB/s | % of {data['peak_gbps'] / 1e3:.1f} TB/s | L2-hot us | tuned us | dlight us "
-        "| torch us | fla us | fla GB/s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| torch us | fla us | fla GB/s | fla K-first us |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         lines.append(
             f"| {r['op']} | {r['batch']} | {_fmt(r['tvm_us'])} | {_fmt(r['tvm_gbps'], 0)} "
-            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tvm_hot_us'))} | {_fmt(r.get('tuned_us'))} "
-            f"| {_fmt(r.get('dlight_us'))} "
-            f"| {_fmt(r.get('torch_us'))} | {_fmt(r.get('fla_us'))} "
-            f"| {_fmt(r.get('fla_gbps'), 0)} |"
+            f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tvm_hot_us'))} | {_baseline(r, 'tuned')} "
+            f"| {_baseline(r, 'dlight')} | {_baseline(r, 'torch')} | {_baseline(r, 'fla')} "
+            f"| {_fmt(r.get('fla_gbps'), 0)} | {_baseline(r, 'fla_kfirst')} |"
         )
     return lines
+
+
+def _baseline(row: dict, label: str) -> str:
+    """A column's microseconds; "wrong" where it did not match the reference, "failed" where it raised."""
+    error = row.get(f"{label}_error")
+    if error is not None:
+        return "wrong" if error.startswith("wrong") else "failed"
+    return _fmt(row.get(f"{label}_us"))
 
 
 def _compilers(data: dict) -> str:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 import torch
 import tvm
 
-from benchmarks import torch_ops
+from benchmarks import fla_ops, torch_ops
 from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
@@ -28,6 +30,7 @@ from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda, gpu_spec
 from gdn_tvm.traffic import rotating_sets, traffic
+from gdn_tvm.verify import TOL_OP, mismatch, reference_copy
 
 GPU = gpu_spec(cuda())  # the GPU the benchmarks rate against (its measured copy peak)
 
@@ -65,33 +68,6 @@ def clone(values: dict) -> dict:
     return {n: v.clone() for n, v in values.items()}
 
 
-def fla_delta_rule(cfg: DecodeConfig, values: dict, fused: bool = False):
-    """fla's fused_recurrent_gated_delta_rule on the same inputs, in its [B, T, H, D] layout. For the fused op, q and
-    k are the raw conv output normalised in fla's kernel (`use_qk_l2norm_in_kernel`); fla has no in-kernel gates, so
-    g and beta are computed before the timed call."""
-    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
-
-    m, B = cfg.model, cfg.batch
-    hk, hv, dk = m.n_k_heads, m.n_v_heads, m.head_k_dim
-    if fused:
-        qk = values["qkv"][:, : 2 * hk * dk].reshape(B, 2 * hk, dk)
-        g, beta = torch.empty_like(values["a"]), torch.empty_like(values["b"])
-        torch_ops.gates(m, values["a"], values["b"], values["A"], values["dt_bias"], g, beta)
-    else:
-        qk, g, beta = values["qk"], values["g"], values["beta"]
-    q, k = qk[:, None, :hk].contiguous(), qk[:, None, hk:].contiguous()
-    v = values["qkv"][:, 2 * hk * dk :].reshape(B, 1, hv, m.head_v_dim).contiguous()
-    g, beta = g[:, None].contiguous(), beta[:, None].contiguous()
-    h0 = values["state"].transpose(-1, -2).contiguous()
-
-    def call():
-        fused_recurrent_gated_delta_rule(
-            q, k, v, g, beta, scale=dk**-0.5, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=fused
-        )
-
-    return call
-
-
 def time_kernel(kernel: Kernel, value_sets: list[dict]) -> float:
     """Median graph-replayed microseconds of `kernel` rotating over `value_sets`."""
     bound = [bind(kernel.signature, v) for v in value_sets]
@@ -106,16 +82,6 @@ def kernels_for(cfg: DecodeConfig, names: list[str], library: str | None) -> dic
         return {name: compile_op(OPS[name], cfg, cuda()) for name in names}
     kernels = load(library, cfg, "cuda")
     return {name: kernels[name] for name in names}
-
-
-def rel_error(op: Op, cfg: DecodeConfig, kernel: Kernel, other: Kernel, values: dict) -> float:
-    """Relative L-inf difference of `other`'s outputs and states from `kernel`'s on copies of the same inputs."""
-    results = []
-    for k in (kernel, other):
-        copy = clone(values)
-        k.launch(copy)
-        results.append([copy[a.name].double() for a in visible(op.signature(cfg)) if a.role in ("out", "state")])
-    return max(float((b - a).abs().max() / a.abs().max().clamp_min(1e-30)) for a, b in zip(*results, strict=True))
 
 
 def library_kernels(root: str | None, cfg: DecodeConfig, tuned_only: bool = False) -> dict[str, Kernel]:
@@ -165,34 +131,98 @@ def schedule_summary(root: str, cfg: DecodeConfig) -> str:
     return "tuned" if not hand else f"tuned {len(functions) - len(hand)}/{len(functions)} (hand: {', '.join(hand)})"
 
 
+class Step(Protocol):
+    """A baseline bound to one input set: calling it runs one step; `outputs()` gives the last step's outputs and
+    states by the op's argument names, in the kernel's layout."""
+
+    def __call__(self) -> None: ...
+
+    def outputs(self) -> dict[str, torch.Tensor]: ...
+
+
+class TorchStep:
+    """The PyTorch implementation of `op` on `values` (updated in place, like the kernel); `outputs()` gives its
+    outputs and states by argument name."""
+
+    def __init__(self, op: Op, cfg: DecodeConfig, values: dict) -> None:
+        self.run, self.cfg, self.values = torch_ops.baseline(op), cfg, values
+        self.names = [a.name for a in visible(op.signature(cfg)) if a.role in ("out", "state")]
+
+    def __call__(self) -> None:
+        self.run(self.cfg.model, seq_len=self.cfg.max_len, **self.values)
+
+    def outputs(self) -> dict[str, torch.Tensor]:
+        return {n: self.values[n] for n in self.names}
+
+
+def baselines(op: Op) -> dict[str, tuple[Callable[[DecodeConfig, dict], Step], Callable]]:
+    """The same-run baselines of `op`: column label -> (a step on one input set, its timer). PyTorch runs eagerly,
+    as its users run these small ops; fla (the delta rule, both state layouts) is graph-replayed, like ours."""
+    found: dict[str, tuple[Callable[[DecodeConfig, dict], Step], Callable]] = {}
+    if torch_ops.baseline(op) is not None:
+        found["torch"] = (lambda cfg, v: TorchStep(op, cfg, v), time_eager)
+    if op.family == "delta_rule":
+        fused = bool(op.flags.get("fused", False))
+        for label, v_first in fla_ops.LAYOUTS.items():
+            found[label] = (lambda cfg, v, f=v_first: fla_ops.FlaStep(cfg, v, fused, f), time_graph)
+    return found
+
+
+def expected(op: Op, cfg: DecodeConfig, values: dict) -> dict[str, np.ndarray]:
+    """The float64 reference's outputs and states on (host copies of) `values`, by argument name."""
+    expect = reference_copy({n: v.cpu().numpy() for n, v in values.items()})
+    op.run_reference(cfg, expect)
+    return {a.name: expect[a.name] for a in visible(op.signature(cfg)) if a.role in ("out", "state")}
+
+
+def check(op: Op, outputs: dict[str, torch.Tensor], expect: dict[str, np.ndarray]) -> tuple[float, str | None]:
+    """The largest relative L-inf error of `outputs` against `expect`, and why they do not match (None: they do,
+    within the per-op tolerance; bit for bit for data movement)."""
+    worst, why = 0.0, None
+    for name, ref in expect.items():
+        out = outputs[name].detach().cpu().double().numpy()
+        if out.shape == ref.shape and not np.isnan(out).any():
+            worst = max(worst, float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)))
+        why = why or (f"{name}: {reason}" if (reason := mismatch(out, ref, 0 if op.exact else TOL_OP)) else None)
+    return worst, why
+
+
 def bench_op(
     op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Generator, others: dict[str, Kernel] | None = None
 ) -> dict:
-    """Hand kernel, the other TVM kernels given (`tuned`, `dlight`: timed and checked against the hand kernel),
-    PyTorch eager and, for the delta rule, fla."""
+    """Hand kernel, the other TVM kernels given (`tuned`, `dlight`) and the baselines (`baselines`): each checked
+    against the float64 reference on the first input set, then timed. A baseline that does not match, or fails,
+    is recorded (`<label>_error`) and not timed; a TVM kernel that does not match is recorded and timed, and the
+    run ends with an error (`main`)."""
     nbytes = traffic(op, cfg)
     sets = rotating_sets(nbytes, GPU)
     value_sets = input_sets(op, cfg, rng, sets)
+    expect, pristine = expected(op, cfg, value_sets[0]), clone(value_sets[0])  # timing changes the sets' states
     row = {"op": op.name, "batch": cfg.batch, "key": op.workload_key(cfg, "cuda"), "bytes": nbytes, "sets": sets}
-    row["tvm_us"] = time_kernel(kernel, value_sets)
+    for label, k in {"tvm": kernel, **(others or {})}.items():
+        copy = clone(pristine)
+        k.launch(copy)
+        row[f"{label}_rel_err"], why = check(op, copy, expect)
+        if why:
+            row[f"{label}_error"] = f"wrong: {why}"
+        row[f"{label}_us"] = time_kernel(k, value_sets)
     if nbytes <= HOT_BYTES:  # inside a decode step a small op's inputs were just written: they sit in L2
         row["tvm_hot_us"] = time_kernel(kernel, value_sets[:1])
-    for label, other in (others or {}).items():
-        row[f"{label}_us"] = time_kernel(other, value_sets)
-        row[f"{label}_rel_err"] = rel_error(op, cfg, kernel, other, inputs(op, cfg, rng))
-    baseline = torch_ops.baseline(op)
-    if baseline is not None:
-        calls = [lambda v=v: baseline(cfg.model, seq_len=cfg.max_len, **v) for v in value_sets]
-        row["torch_us"] = time_eager(lambda i: calls[i](), sets)
-    if op.family == "delta_rule":
+    for label, (make, timer) in baselines(op).items():
         try:
-            calls = [fla_delta_rule(cfg, v, fused=op.flags["fused"]) for v in value_sets]
-            row["fla_us"] = time_graph(lambda i: calls[i](), sets)
-        except Exception as e:  # reported, not hidden: the JSON says why fla did not run
-            row["fla_error"] = f"{type(e).__name__}: {e}"[:300]
-    for k in ("tvm_us", "tuned_us", "dlight_us", "torch_us", "fla_us"):
-        if k in row:
-            row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
+            first = make(cfg, clone(pristine))
+            first()
+            row[f"{label}_rel_err"], why = check(op, first.outputs(), expect)
+            if why:
+                row[f"{label}_error"] = f"wrong: {why}"
+                continue
+            steps = [make(cfg, v) for v in value_sets]
+            row[f"{label}_us"] = timer(lambda i, steps=steps: steps[i](), sets)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - recorded, not hidden: the JSON says why the baseline did not run
+            row[f"{label}_error"] = f"{type(e).__name__}: {e}"[:300]
+    for k in [k for k in row if k.endswith("_us") and k != "tvm_hot_us"]:
+        row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
     row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / GPU.peak_gbps, 1)
     return row
 
@@ -243,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         empty_launch_us=floor,
         compilers={},
     )
+    wrong: list[str] = []
     for batch in args.batches:
         cfg = op_config(args.preset, batch)
         kernels = kernels_for(cfg, args.ops, args.library)
@@ -268,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name}: dlight does not apply ({type(e).__name__})", flush=True)
             row = bench_op(OPS[name], cfg, kernels[name], rng, others)
             results.add(row)
-            shown = ("tuned_us", "dlight_us", "torch_us", "fla_us")
-            base = "  ".join(f"{k}={row[k]:.2f}" for k in shown if k in row)
+            wrong += [f"{name} B={batch} {k}: {row[k]}" for k in row if k.endswith("_error") and k[:-6] in TVM_LABELS]
+            shown = [k for k in row if k.endswith("_us") and k not in ("tvm_us", "tvm_hot_us")]
+            failed = [k[: -len("_error")] for k in row if k.endswith("_error")]
+            base = "  ".join([f"{k}={row[k]:.2f}" for k in shown] + [f"{k}=FAILED" for k in failed])
             print(
                 f"{name:28s} B={batch:<4d} {row['tvm_us']:9.2f} us {row['tvm_gbps']:8.1f} GB/s "
                 f"{row['tvm_pct_peak']:5.1f}%  {base}",
@@ -277,7 +310,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             torch.cuda.empty_cache()
     results.finish()
-    return 0
+    for line in wrong:
+        print(f"WRONG {line}", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+TVM_LABELS = ("tvm", "tuned", "dlight")  # our kernels: a mismatch fails the run (a baseline's is only recorded)
 
 
 if __name__ == "__main__":

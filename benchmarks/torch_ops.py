@@ -119,9 +119,9 @@ def gemv_norm(model, w, x, z, norm_weight, y, **_):
 
 
 def baseline(op):
-    """The implementation of registry op `op` (by name, else by family); None for the split-KV reduce, whose
-    PyTorch counterpart is part of `decode_attention`."""
-    if op.name == "decode_attention_reduce":
+    """The implementation of registry op `op` (by name, else by family); None for the split-KV stages, whose
+    PyTorch counterpart is the whole `decode_attention`."""
+    if op.name in ("decode_attention_split", "decode_attention_reduce"):
         return None
     return BASELINES.get(op.name, BASELINES.get(op.family))
 

@@ -14,7 +14,7 @@ _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without 
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"row_groups": (1, 2, 4, 8), "rows_per_group": (1, 2, 4), "lanes": (16, 32)}
+KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32)}
 
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
@@ -24,19 +24,19 @@ def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
     return tuple(sch.get_loops(upd))
 
 
-MANY_ROWS = 2**16  # state rows (B * Hv * Dv) from which a CTA takes 16 of them
+FEW_ROWS, MANY_ROWS = 2**15, 2**17  # state rows (B * Hv * Dv) where the default rows a CTA change
 
 
 def _rows(cfg: DecodeConfig) -> tuple[int, int]:
-    """Default (row_groups, rows_per_group): one row a warp, 8 a CTA (B*Hv*Dv/8 CTAs: enough at B = 1); from
-    `MANY_ROWS` rows on, 4 groups of 4 rows, so the per-CTA work (q and k loads, kq, the fused variant's norms and
-    gates) is spread over 16 rows. H200 sweeps and records: at B=8 (32k rows) 8 x 1 was best; the tuned B=32
-    records hold 4 rows a group (2-8 groups), the fused one at 4b 36.96 us against 47.10 us for 8 x 1; at B=128
-    (512k rows) 8 x 4 took 137.5 us against 142.6 us (4 x 4: 138.8)."""
-    m = cfg.model
-    if cfg.batch * m.n_v_heads * m.head_v_dim >= MANY_ROWS and m.head_v_dim % 16 == 0:
-        return 4, 4
-    return 8, 1
+    """Default (row_groups, rows_per_group), from the H200 sweep of the grid at qwen3.5-4b
+    (benchmarks/results/h200_sweeps_delta.jsonl): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA,
+    enough CTAs to fill the GPU; from there to `MANY_ROWS` (B=8: 32k) 4 groups of 8 rows, which spreads the per-CTA
+    work (q and k, kq, the fused variant's norms and gates) over 32 rows: the fused op at B=8 took 11.3 us against
+    14.2 for 8 x 1; from `MANY_ROWS` (B=32: 128k) 8 groups of 4 rows (best or within 1% of the best at B=32, 128
+    and 256)."""
+    rows = cfg.batch * cfg.model.n_v_heads * cfg.model.head_v_dim
+    groups, per_group = (8, 1) if rows < FEW_ROWS else (4, 8) if rows < MANY_ROWS else (8, 4)
+    return (groups, per_group) if cfg.model.head_v_dim % (groups * per_group) == 0 else (8, 1)
 
 
 def _blocks(names: tuple[str, ...], fused: bool) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import torch
 import tvm
 from conftest import CASES, assert_close
 
-from benchmarks import profile, run, steps, swap, sweep, timing, torch_ops
+from benchmarks import fla_ops, profile, run, steps, swap, sweep, timing, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
@@ -23,10 +23,7 @@ from gdn_tvm.traffic import LAUNCHES, rotating_sets, traffic
 from gdn_tvm.verify import TOL_LAYER, TOL_OP, reference_copy
 
 CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
-WHOLE_ATTENTION = ("decode_attention_split", "decode_attention_reduce")  # compared with SDPA as a whole
-
-
-TWINNED = [n for n, op in OPS.items() if torch_ops.baseline(op) is not None and n not in WHOLE_ATTENTION]
+TWINNED = [n for n, op in OPS.items() if torch_ops.baseline(op) is not None]
 
 
 @pytest.mark.parametrize("name", TWINNED)
@@ -39,6 +36,34 @@ def test_torch_baseline_matches_reference(name, rng):
     for a in visible(op.signature(CFG)):
         if a.role in ("out", "state"):
             assert_close(values[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
+
+
+@pytest.mark.parametrize("name", ["delta_rule_fused", "gemv_out_proj", "kv_row_scatter"])
+def test_benchmark_checks_a_baseline_against_the_reference_before_timing_it(name, rng):
+    """The benchmark's check passes the PyTorch baseline and names the output of one that computes something else
+    (a perturbed output: what a misplaced positional argument gives)."""
+    op = OPS[name]
+    values = inputs(op, CFG, rng, device="cpu")
+    expect = run.expected(op, CFG, values)
+    step = run.TorchStep(op, CFG, run.clone(values))
+    step()
+    err, why = run.check(op, step.outputs(), expect)
+    assert why is None and err <= (0 if op.exact else TOL_OP)
+    outputs = step.outputs()
+    name_out = next(iter(expect))
+    outputs[name_out] = outputs[name_out].clone()
+    outputs[name_out].view(-1)[rng.integers(outputs[name_out].numel())] += 1.0
+    err, why = run.check(op, outputs, expect)
+    assert why is not None and why.startswith(f"{name_out}: ") and err > 0
+
+
+def test_split_attention_stages_have_no_torch_column():
+    """Their PyTorch counterpart is the whole attention, timed and checked in decode_attention's row."""
+    assert {n for n in OPS if torch_ops.baseline(OPS[n]) is None} == {
+        "decode_attention_split",
+        "decode_attention_reduce",
+    }
+    assert set(run.baselines(OPS["delta_rule"])) == {"torch", *fla_ops.LAYOUTS}
 
 
 def test_input_sets_are_distinct_buffers_of_one_sample(rng):

@@ -66,6 +66,23 @@ def test_attention_knob_grid_is_refused_or_right_on_short_chunks(name, rng):
     assert right, "every design refused"
 
 
+@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "delta_rule"])
+def test_delta_rule_knob_grid_is_refused_or_right(name, rng):
+    """Every design of the recurrence's knob grid (what the tuner measures and the sweep times) is refused by the
+    schedule or matches the reference."""
+    op, cfg = OPS[name], CASES["4b-B3"]
+    right = 0
+    for knobs in knob_grid(op, "cuda"):
+        try:
+            mod = op.schedule(cfg, "cuda", **knobs).mod
+        except (ValueError, tvm.s_tir.ScheduleError):
+            continue
+        failed = check_kernel(op, cfg, emulated(op, cfg, *lower(mod)), rng)
+        assert not failed, f"{knobs}: {failed}"
+        right += 1
+    assert right == len(knob_grid(op, "cuda")), "a design of the grid was refused at a shape every design fits"
+
+
 def _edit(old: str, new: str):
     """A break: the first `old` of the source replaced by `new`."""
     return lambda source, launches: (source.replace(old, new, 1), launches)

@@ -1,0 +1,74 @@
+"""fla's delta rule (flash-linear-attention's Triton `fused_recurrent_gated_delta_rule`), the delta rule's same-run
+baseline, called the way its users run it at its best: every argument by keyword, one kernel per step (for the
+fused op, the q/k L2 norm, the gates and beta's sigmoid inside that kernel), inputs already in its [B, T, H, D]
+layout (made before the timed call), and the recurrent state in either of its layouts.
+
+fla 0.6.0 takes `(q, k, v, g, gk, gv, beta, scale, ...)`: a positional call `f(q, k, v, g, beta)` hands beta in as
+the per-key gate `gk` and leaves beta at its default, a different recurrence that reads out of bounds. Hence keywords
+only, and the benchmark checks the result against the float64 reference before it times anything.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gdn_tvm.config import DecodeConfig
+
+# Column label -> fla's `state_v_first`: [Hv, Dv, Dk] is our layout, read as it is; the K-first [Hv, Dk, Dv] state
+# is fla's default, transposed from ours before timing.
+LAYOUTS = {"fla": True, "fla_kfirst": False}
+
+
+class FlaStep:
+    """One step of fla on inputs made from the kernel's (`values`: the op's arguments by name, every lane active on
+    slots 0..B-1). Fused: raw q and k (normalised by fla, `use_qk_l2norm_in_kernel`), raw `a` with `A_log = log(-A)`
+    and `dt_bias` (`use_gate_in_kernel`), raw `b` (`use_beta_sigmoid_in_kernel`). Calling it runs one step;
+    `outputs()` gives the last call's o [B, Hv, Dv] and state [S, Hv, Dv, Dk] in the kernel's layout."""
+
+    def __init__(self, cfg: DecodeConfig, values: dict, fused: bool, v_first: bool) -> None:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+        self.run = fused_recurrent_gated_delta_rule
+        m, B = cfg.model, cfg.batch
+        hk, hv, dk, dv = m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim
+        slots = values["slots"].long()
+        if not torch.equal(slots, torch.arange(B, device=slots.device)) or values["state"].shape[0] != B:
+            raise ValueError("the fla baseline needs every lane active on slots 0..B-1 (fla indexes states by lane)")
+        qk = values["qkv"][:, : 2 * hk * dk].reshape(B, 2 * hk, dk) if fused else values["qk"]
+        q, k = qk[:, None, :hk], qk[:, None, hk:]
+        if m.head_mapping != "grouped":  # fla groups value heads by key head (h // (Hv/Hk)): give it Hv q/k heads
+            heads = torch.tensor([m.key_head(h) for h in range(hv)], device=qk.device)
+            q, k = q[:, :, heads], k[:, :, heads]
+        state = values["state"] if v_first else values["state"].transpose(-1, -2)
+        self.v_first = v_first
+        self.args = {
+            "q": q.contiguous(),
+            "k": k.contiguous(),
+            "v": values["qkv"][:, 2 * hk * dk :].reshape(B, 1, hv, dv).contiguous(),
+            "scale": dk**-0.5,
+            "initial_state": state.contiguous(),
+            "output_final_state": True,
+            "state_v_first": v_first,
+        }
+        if fused:
+            self.args |= {
+                "g": values["a"][:, None].contiguous(),
+                "beta": values["b"][:, None].contiguous(),
+                "A_log": torch.log(-values["A"]),
+                "dt_bias": values["dt_bias"].contiguous(),
+                "use_gate_in_kernel": True,
+                "use_beta_sigmoid_in_kernel": True,
+                "use_qk_l2norm_in_kernel": True,
+            }
+        else:
+            self.args |= {"g": values["g"][:, None].contiguous(), "beta": values["beta"][:, None].contiguous()}
+        self.last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def __call__(self) -> None:
+        self.last = self.run(**self.args)
+
+    def outputs(self) -> dict[str, torch.Tensor]:
+        if self.last is None:
+            raise RuntimeError("fla has not run yet")
+        o, final = self.last
+        return {"o": o[:, 0], "state": final if self.v_first else final.transpose(-1, -2)}
