@@ -1,12 +1,13 @@
 """Time an op's hand schedule over its knob grid (`KNOBS` of schedules/<op>.py) on the GPU.
 
 python -m benchmarks.sweep --op delta_rule [delta_rule_fused ...] --batches 1 32 [--preset qwen3.5-4b]
-    [--max-len L] [--split-len S] [--position P] [--jobs N] [--out FILE]
+    [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--jobs N] [--out FILE]
 Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON; it is how
 the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
 and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128); `--position`
-puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--jobs N`
-compiles the designs in N processes first (a grid of 40 designs at 5 batches is minutes of compiling in one).
+puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--knobs
+'{"lanes": 16}' ...` times those combinations instead of the grid; `--jobs N` compiles the designs in N processes
+first (a grid of 40 designs at 5 batches is minutes of compiling in one).
 """
 
 from __future__ import annotations
@@ -42,10 +43,12 @@ def sweep(
     rng: np.random.Generator,
     position: int | None = None,
     pool: Executor | None = None,
+    combos: list[dict] | None = None,
     **shape,
 ) -> list[dict]:
-    """Every knob-grid design of `name` at the op benchmark's shape for `batch`, with `shape` (max_len, split_len)
-    replaced where given, every sequence at `position` (default: the last row); compiled by `pool` where given."""
+    """Every knob-grid design of `name` (or the knob combinations `combos`) at the op benchmark's shape for `batch`,
+    with `shape` (max_len, split_len) replaced where given, every sequence at `position` (default: the last row);
+    compiled by `pool` where given."""
     op = OPS[name]
     cfg = op_config(preset, batch).replace(**{k: v for k, v in shape.items() if v is not None})
     if position is not None and not 0 <= position < cfg.max_len:
@@ -55,7 +58,7 @@ def sweep(
     value_sets = input_sets(op, cfg, rng, sets, position=position)
     expect, pristine = expected(op, cfg, value_sets[0]), clone(value_sets[0])
     rows = []
-    for combo, kernel in designs(name, cfg, pool):
+    for combo, kernel in designs(name, cfg, pool, combos):
         if isinstance(kernel, str):
             print(f"{name} B={batch} {combo}: rejected ({kernel})", flush=True)
             continue
@@ -76,10 +79,12 @@ def sweep(
     return rows
 
 
-def designs(name: str, cfg: DecodeConfig, pool: Executor | None) -> list[tuple[dict, Kernel | str]]:
-    """Each knob combination of `name`'s grid with its kernel, or why it was rejected (the schedule or codegen
-    refused it for this shape); compiled here, or by `pool` into libraries loaded here."""
-    op, combos = OPS[name], knob_grid(OPS[name], "cuda")
+def designs(
+    name: str, cfg: DecodeConfig, pool: Executor | None, combos: list[dict] | None = None
+) -> list[tuple[dict, Kernel | str]]:
+    """Each knob combination of `name`'s grid (or of `combos`) with its kernel, or why it was rejected (the schedule
+    or codegen refused it for this shape); compiled here, or by `pool` into libraries loaded here."""
+    op, combos = OPS[name], knob_grid(OPS[name], "cuda") if combos is None else combos
     if pool is None:
         return [(combo, _compiled(lambda c=combo: compile_op(op, cfg, cuda(), **c))) for combo in combos]
     with tempfile.TemporaryDirectory() as folder:
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-len", type=int, help="KV rows per slot (default: the op benchmark's for the batch)")
     p.add_argument("--split-len", type=int, help="positions per split-KV chunk (default: the config's)")
     p.add_argument("--position", type=int, help="every sequence's position (default: the last cache row)")
+    p.add_argument("--knobs", nargs="+", type=json.loads, help="knob combinations (JSON objects) instead of the grid")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the designs (default: compile here)")
     p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl")
     args = p.parse_args(argv)
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         r
         for name in args.op
         for batch in args.batches
-        for r in sweep(name, args.preset, batch, rng, args.position, pool, **shape)
+        for r in sweep(name, args.preset, batch, rng, args.position, pool, args.knobs, **shape)
     ]
     if pool is not None:
         pool.shutdown()
