@@ -66,7 +66,7 @@ def cuda(
     rows_per_group: int | None = None,
     lanes: int = 32,
     vector: int = 4,
-    state_first: bool = False,
+    state_first: bool = True,
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
