@@ -14,7 +14,7 @@ _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without 
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32), "state_first": (False, True)}
+KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32)}
 
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
@@ -66,7 +66,6 @@ def cuda(
     rows_per_group: int | None = None,
     lanes: int = 32,
     vector: int = 4,
-    state_first: bool = True,
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
@@ -76,9 +75,7 @@ def cuda(
     before any store), then per row: shuffle allreduces of S_i.k and S_i.q over the lanes, d_i, the updated slice
     stored by the thread that loaded it (so the aliased state is safe), o_i by lane 0. q and k of the head are
     loaded into registers once per thread and kq is reduced once per thread; fused, so are the sums of squares of
-    q and k (shuffle allreduces like kq) and the gates. Default rows a CTA: `_rows`. `state_first`: the state
-    loads are issued before the head's q and k loads and kq allreduce (which otherwise sit between a CTA's start
-    and its state loads: one more memory round trip in every CTA's life).
+    q and k (shuffle allreduces like kq) and the gates. Default rows a CTA: `_rows`.
     """
     m = cfg.model
     if row_groups is None or rows_per_group is None:
@@ -97,8 +94,8 @@ def cuda(
     for name in ("sq", "sk"):  # both allreduces first: independent, and their results live at once
         sch.compute_at(sch.get_sblock(name), ri, index=-2)
     sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
-    for name in _blocks(_PER_HEAD, fused):  # before their first consumer: after the state loads at `ty`
-        sch.compute_at(sch.get_sblock(name), ty if state_first else bx, preserve_unit_loops=True)
+    for name in _blocks(_PER_HEAD, fused):
+        sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
     for name in _blocks(_LOCAL, fused):
         sch.set_scope(sch.get_sblock(name), 0, "local")
     for name in _blocks(_ALONG_DK, fused):
