@@ -1,13 +1,14 @@
 """Time an op's hand schedule over its knob grid (`KNOBS` of schedules/<op>.py) on the GPU.
 
 python -m benchmarks.sweep --op delta_rule [delta_rule_fused ...] --batches 1 32 [--preset qwen3.5-4b]
-    [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--jobs N] [--out FILE]
+    [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--out-of-place] [--jobs N] [--out FILE]
 Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON; it is how
 the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
 and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128); `--position`
 puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--knobs
-'{"lanes": 16}' ...` times those combinations instead of the grid; `--jobs N` compiles the designs in N processes
-first (a grid of 40 designs at 5 batches is minutes of compiling in one).
+'{"lanes": 16}' ...` times those combinations instead of the grid; `--out-of-place` also times each design writing
+its in-place state to a buffer of its own, as fla does (does the in-place update cost bandwidth?); `--jobs N`
+compiles the designs in N processes first (a grid of 40 designs at 5 batches is minutes of compiling in one).
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import torch
 import tvm
 
 from benchmarks.configs import op_config
 from benchmarks.run import GPU, check, clone, expected, input_sets, time_kernel
-from benchmarks.timing import gbps
+from benchmarks.timing import gbps, time_graph
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.kernel import Kernel
+from gdn_tvm.signature import Arg
 from gdn_tvm.target import cuda, device_of
 from gdn_tvm.traffic import rotating_sets, traffic
 from gdn_tvm.tuning.space import knob_grid
@@ -44,11 +47,13 @@ def sweep(
     position: int | None = None,
     pool: Executor | None = None,
     combos: list[dict] | None = None,
+    out_of_place: bool = False,
     **shape,
 ) -> list[dict]:
     """Every knob-grid design of `name` (or the knob combinations `combos`) at the op benchmark's shape for `batch`,
     with `shape` (max_len, split_len) replaced where given, every sequence at `position` (default: the last row);
-    compiled by `pool` where given."""
+    compiled by `pool` where given; `out_of_place`: also timed with each in-place state written to a buffer of its
+    own (`out_of_place_us`), as fla writes its final state."""
     op = OPS[name]
     cfg = op_config(preset, batch).replace(**{k: v for k, v in shape.items() if v is not None})
     if position is not None and not 0 <= position < cfg.max_len:
@@ -73,10 +78,24 @@ def sweep(
         rows.append({"op": name, "batch": batch, "max_len": cfg.max_len, "split_len": cfg.split_len,
                      "position": cfg.max_len - 1 if position is None else position,
                      "knobs": combo or "defaults", "us": round(us, 3), "rel_err": float(f"{err:.3g}")})  # fmt: skip
+        if out_of_place:
+            rows[-1]["out_of_place_us"] = round(time_apart(kernel, value_sets), 3)
         if position is None:  # the traffic model counts every cache row: GB/s only where all are read
             rows[-1]["gbps"] = round(gbps(nbytes, us), 1)
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def time_apart(kernel: Kernel, value_sets: list[dict]) -> float:
+    """Median graph-replayed microseconds of `kernel` bound by `bind_apart`: the same reads and writes, the writes
+    to other addresses."""
+    bound = [bind_apart(kernel.signature, values) for values in value_sets]
+    return time_graph(lambda i: kernel.func(*bound[i]), len(bound))
+
+
+def bind_apart(signature: list[Arg], values: dict) -> list:
+    """`bind`, with every aliased (in-place) output bound to a fresh buffer instead of its state."""
+    return [torch.empty_like(values[a.alias]) if a.alias else values[a.name] for a in signature]
 
 
 def designs(
@@ -124,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-len", type=int, help="positions per split-KV chunk (default: the config's)")
     p.add_argument("--position", type=int, help="every sequence's position (default: the last cache row)")
     p.add_argument("--knobs", nargs="+", type=json.loads, help="knob combinations (JSON objects) instead of the grid")
+    p.add_argument("--out-of-place", action="store_true", help="also time states written to buffers of their own")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the designs (default: compile here)")
     p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl")
     args = p.parse_args(argv)
@@ -135,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         r
         for name in args.op
         for batch in args.batches
-        for r in sweep(name, args.preset, batch, rng, args.position, pool, args.knobs, **shape)
+        for r in sweep(name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, **shape)
     ]
     if pool is not None:
         pool.shutdown()

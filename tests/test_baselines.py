@@ -158,6 +158,21 @@ def test_profile_rejects_a_position_past_the_cache(capsys):
     assert "--position 32768 is outside the cache's 32768 rows" in capsys.readouterr().err
 
 
+def test_sweep_out_of_place_binds_a_fresh_state_for_the_aliased_output(rng):
+    """`--out-of-place` times the kernel writing its state elsewhere: every other argument as the kernel binds it."""
+    op = OPS["delta_rule"]
+    values = inputs(op, CFG, rng, device="cpu")
+    signature = op.signature(CFG)
+    args = sweep.bind_apart(signature, values)
+    for a, arg in zip(signature, args, strict=True):
+        if a.alias:
+            state = values[a.alias]
+            assert arg is not state and (arg.shape, arg.dtype) == (state.shape, state.dtype)
+        else:
+            assert arg is values[a.name]
+    assert sum(1 for a in signature if a.alias) == 1
+
+
 def test_sweep_rejects_a_position_past_the_cache(rng):
     """(Before anything compiles or touches a GPU.)"""
     with pytest.raises(ValueError, match="outside the cache"):
