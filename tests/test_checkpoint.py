@@ -25,7 +25,7 @@ HF_CONFIG = {
     "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
     "linear_conv_kernel_dim": 4, "head_dim": 256, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
-    "rope_parameters": {"rope_theta": 5e6, "partial_rotary_factor": 0.25},
+    "vocab_size": 320, "intermediate_size": 96, "rope_parameters": {"rope_theta": 5e6, "partial_rotary_factor": 0.25},
     "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
 }  # fmt: skip
 HID, HK, HV, DK, DV, D = 64, 2, 4, 128, 128, 256  # HF_CONFIG's sizes; two key heads, so head order matters
@@ -159,8 +159,11 @@ def test_a_checkpoint_of_a_presets_sizes_is_named_after_it(tmp_path, nested):
         "linear_value_head_dim": m.head_v_dim, "linear_conv_kernel_dim": m.conv_kernel, "head_dim": m.head_dim,
         "rms_norm_eps": m.rms_norm_eps, "full_attention_interval": m.full_attention_interval,
         "rope_parameters": {"rope_theta": m.rope_theta, "partial_rotary_factor": m.partial_rotary_factor},
+        "vocab_size": m.vocab_size, "intermediate_size": m.intermediate_size,
     }  # fmt: skip
     as_given = {"text_config": config} if nested else config
+    assert model_config(as_given, "Qwen3.5-0.8B").name == "Qwen3.5-0.8B"  # untied: not the preset
+    as_given["tie_word_embeddings"] = True  # where Hugging Face reads it: the top level
     assert model_config(as_given, "Qwen3.5-0.8B") == m
     config["rope_parameters"]["rope_theta"] = 1e6
     assert model_config(as_given, "Qwen3.5-0.8B").name == "Qwen3.5-0.8B"
@@ -267,6 +270,12 @@ BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
     "layer_types of 3": ("layer_types", ["linear_attention"] * 3),
     "layer_types unknown": ("layer_types", ["linear_attention"] * 3 + ["sliding_attention"]),
     "layer_types=[1, 2, 3, 4]": ("layer_types", [1, 2, 3, 4]),
+    "vocab_size=0": ("vocab_size", 0),
+    "no vocab_size": ("vocab_size", DELETE),
+    "intermediate_size='96'": ("intermediate_size", "96"),
+    "no intermediate_size": ("intermediate_size", DELETE),
+    "num_experts=-1": ("num_experts", -1),
+    "num_experts=2.0": ("num_experts", 2.0),
 }
 
 
@@ -277,6 +286,26 @@ def test_config_fields_of_the_wrong_type_or_range_are_named(field, value, nested
     leaf = field.split(".")[-1]
     with pytest.raises(CheckpointError, match=rf"^config\.json: .*{leaf}"):
         model_config({"text_config": config} if nested else config, "x")
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_tie_flag_that_is_not_a_boolean_is_named(value, nested):
+    config = {"text_config": HF_CONFIG} if nested else dict(HF_CONFIG)
+    with pytest.raises(CheckpointError, match=r"^config\.json: tie_word_embeddings: expected true or false"):
+        model_config(config | {"tie_word_embeddings": value}, "x")
+
+
+def test_mixture_of_experts_configs_have_no_dense_mlp():
+    """`num_experts` >= 1 (the -a3b models, Qwen3-Next): no dense MLP, whatever `intermediate_size` says; the
+    tie flag of a nested config is the top level's, not text_config's."""
+    config = with_field(HF_CONFIG, "num_experts", 8)
+    assert model_config(config, "x").intermediate_size is None
+    assert model_config(with_field(config, "intermediate_size", DELETE), "x").intermediate_size is None
+    assert model_config(with_field(HF_CONFIG, "num_experts", 0), "x").intermediate_size == 96
+    nested = {"text_config": with_field(HF_CONFIG, "tie_word_embeddings", True)}
+    assert not model_config(nested, "x").tie_word_embeddings
+    assert model_config(nested | {"tie_word_embeddings": True}, "x").tie_word_embeddings
 
 
 def test_config_variants_hf_writes_are_accepted():

@@ -85,6 +85,13 @@ class _Section:
             raise self.error(key, f"expected an integer >= 1, got {reprlib.repr(value)}")
         return value
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON boolean."""
+        value = self.get(key, default)
+        if type(value) is not bool:
+            raise self.error(key, f"expected true or false, got {reprlib.repr(value)}")
+        return value
+
     def number(self, key: str, ok: Callable[[float], bool], want: str, default: object = _REQUIRED) -> float:
         """A JSON number (int or float, not a bool) for which `ok` holds; `want` says what `ok` asks."""
         value = self.get(key, default)
@@ -118,13 +125,26 @@ def _rope_field(c: _Section, key: str, ok: Callable[[float], bool], want: str) -
     raise c.error("", f"missing field {key!r} (top level or in rope_parameters)")
 
 
+def _intermediate_size(c: _Section) -> int | None:
+    """The dense MLP's width, or None where the MLPs are mixture-of-experts (`num_experts` >= 1: the -a3b models and
+    Qwen3-Next, whose `intermediate_size` no layer uses)."""
+    experts = c.get("num_experts", 0)
+    if type(experts) is not int or experts < 0:
+        raise c.error("num_experts", f"expected an integer >= 0, got {reprlib.repr(experts)}")
+    return None if experts else c.size("intermediate_size")
+
+
 def model_config(config: object, name: str, file: str = "config.json") -> ModelConfig:
     """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`), named after the preset
     of the same sizes if there is one (so `make build --preset` modules load for it), else `name`. Raises
-    `CheckpointError` naming `file` and the field for a missing field, a wrong type or a value out of range."""
+    `CheckpointError` naming `file` and the field for a missing field, a wrong type or a value out of range.
+
+    `tie_word_embeddings` is read where Hugging Face reads it, at the file's top level (the multimodal config's own
+    flag, not its text_config's), with its default, false."""
     top = _Section(config, file)
     c = top.section("text_config") or top
     sizes: dict[str, Any] = {ours: c.size(theirs) for ours, theirs in SIZES.items()}
+    sizes |= {"vocab_size": c.size("vocab_size"), "intermediate_size": _intermediate_size(c)}
     for multiple, of in MULTIPLES:
         if c.obj[multiple] % c.obj[of]:
             raise c.error(multiple, f"{c.obj[multiple]} is not a multiple of {of}={c.obj[of]}")
@@ -135,6 +155,7 @@ def model_config(config: object, name: str, file: str = "config.json") -> ModelC
         partial_rotary_factor=_rope_field(c, "partial_rotary_factor", _fraction, "in (0, 1]"),
         rms_norm_eps=c.number("rms_norm_eps", _positive, "> 0 and finite", default=1e-6),
         full_attention_interval=c.size("full_attention_interval", default=4),
+        tie_word_embeddings=top.flag("tie_word_embeddings", False),
     )
     _check_layer_types(c, m)
     return next((p for p in PRESETS.values() if dataclasses.replace(p, name=name) == m), m)
