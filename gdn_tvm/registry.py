@@ -164,6 +164,7 @@ _ENTRIES = [
         ref_params=("rms_norm_eps",),
         add=False,
     ),
+    _entry("sample", _dims("batch", "vocab_size"), exact=True),
     *(
         _entry(
             "gemv",
