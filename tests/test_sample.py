@@ -16,6 +16,7 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample as draw
 from gdn_tvm.signature import visible
 from gdn_tvm.target import llvm
+from gdn_tvm.tuning.space import knob_grid
 
 OP = OPS["sample"]
 FULL = CASES["4b-B3"].replace(vocab_size=preset("qwen3.5-4b").vocab_size)  # 3 lanes of 248,320 logits
@@ -59,8 +60,9 @@ def _values(cfg, rng, **fixed) -> dict:
 
 @pytest.mark.parametrize("target", ["llvm", "cuda"])
 def test_greedy_picks_the_first_of_equal_maxima(target, rng):
+    """A temperature not above 0 (0, negative, NaN) is greedy; the lowest index wins a tie."""
     kernel = _kernel(SMALL, target)
-    values = _values(SMALL, rng, temperature=np.zeros(SMALL.batch))
+    values = _values(SMALL, rng, temperature=[0.0, -1.0, np.nan])  # each greedy
     top = values["logits"].max() + 1
     values["logits"][:, [7, 3, 900]] = top
     kernel(**values)
@@ -101,3 +103,10 @@ def test_reference_uniform_is_philox_of_seed_and_step():
     assert uniform(0, 0) == (0x6627E8D5 >> 8) * 2.0**-24
     words = philox4x32((0xFFFFFFFF, 0xFFFFFFFF, 0, 0), (0xFFFFFFFF, 0xFFFFFFFF))
     assert uniform(-1, -1) == (words[0] >> 8) * 2.0**-24
+
+
+def test_every_cuda_design_matches_reference(rng):
+    """Each CTA width of the knob grid on the emulated CUDA kernel, at a vocabulary none of them divides."""
+    for knobs in knob_grid(OP, "cuda"):
+        kernel = emulated(OP, SMALL, *lower(OP.schedule(SMALL, "cuda", **knobs).mod))
+        check_kernel_against_reference(OP, SMALL, kernel, rng)

@@ -1,14 +1,14 @@
 """sample: each lane's next token from its logits: greedy, or temperature / top-k / top-p sampling with a counter-based
 random number (docs/math.md, "Sampling").
 
-Per-lane parameters are inputs, so one kernel serves every request: `temperature <= 0` is greedy (the first index of
-the largest logit); otherwise the candidates are the tokens whose logit is at least the `top_k`-th largest (all of
-them where `top_k <= 0` or `top_k >= V`; ties at that value all kept), narrowed to the highest logits whose
-probability under `softmax(logits / temperature)` over those candidates reaches `top_p` (where `top_p < 1`; ties
-again all kept), and the token is drawn by inverse CDF in index order with one uniform number from Philox-4x32-10
-(key: the lane's `seed`, counter: its `step`), so a step is reproduced exactly, eagerly or in a replayed graph.
-Thresholds are found by bitwise search over an order-preserving 32-bit key of the logits (one pass over the row per
-bit: no sort), the draw by bitwise search over the index (one pass per index bit).
+Per-lane parameters are inputs, so one kernel serves every request: a `temperature` not above 0 (0, negative, NaN)
+is greedy (the first index of the largest logit); otherwise the candidates are the tokens whose logit is at least
+the `top_k`-th largest (all of them where `top_k <= 0` or `top_k >= V`; ties at that value all kept), narrowed to
+the highest logits whose probability under `softmax(logits / temperature)` over those candidates reaches `top_p`
+(where `top_p < 1`; ties again all kept), and the token is drawn by inverse CDF in index order with one uniform
+number from Philox-4x32-10 (key: the lane's `seed`, counter: its `step`), so a step is reproduced exactly, eagerly
+or in a replayed graph. Thresholds are found by bitwise search over an order-preserving 32-bit key of the logits
+(one pass over the row per bit: no sort), the draw by bitwise search over the index (one pass per index bit).
 """
 
 from __future__ import annotations

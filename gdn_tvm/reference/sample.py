@@ -17,7 +17,7 @@ def sample(
     """logits: [B, V]; temperature, top_k, top_p, seed, step: [B] -> tokens[:] (int32), per ops/sample.py."""
     V = logits.shape[1]
     for b, row in enumerate(logits):
-        if temperature[b] <= 0:
+        if not temperature[b] > 0:  # 0, negative or NaN: greedy
             tokens[b] = np.argmax(row)  # the first index of the largest
             continue
         k = int(top_k[b]) if 0 < top_k[b] < V else V
