@@ -40,6 +40,9 @@ class ModelConfig:
     l2_norm_eps: float = 1e-6  # L2 norm of q and k: not in the HF config; HF and fla hard-code 1e-6 in their l2norm
     full_attention_interval: int = 4
     head_mapping: str = "grouped"
+    vocab_size: int = 248320  # rows of the embedding and the LM head (Qwen3.5's tokenizer, padded)
+    tie_word_embeddings: bool = False  # the LM head is the embedding table (no lm_head tensor in the checkpoint)
+    intermediate_size: int | None = None  # dense SwiGLU MLP width; None where every MLP is mixture-of-experts
 
     def __post_init__(self) -> None:
         if self.head_mapping not in HEAD_MAPPINGS:
@@ -48,6 +51,10 @@ class ModelConfig:
             raise ValueError(f"n_v_heads={self.n_v_heads} is not a multiple of n_k_heads={self.n_k_heads}")
         if self.n_q_heads % self.n_kv_heads:
             raise ValueError(f"n_q_heads={self.n_q_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+        for name in ("vocab_size", "intermediate_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
     @property
     def conv_dim(self) -> int:
@@ -128,21 +135,37 @@ class DecodeConfig:
         return dataclasses.replace(self, model=model, **changes)
 
 
+# Sizes from each model's Hugging Face `config.json` (Qwen3.5 nests them under `text_config`) and model card; where
+# each value was read is in docs/math.md ("Model shapes"). The -a3b presets' MLPs are mixture-of-experts: no
+# `intermediate_size` (outside this project).
 PRESETS: dict[str, ModelConfig] = {
     m.name: m
     for m in (
-        ModelConfig("qwen3.5-0.8b", hidden=1024, n_layers=24, n_q_heads=8, n_kv_heads=2, n_k_heads=16, n_v_heads=16),
-        ModelConfig("qwen3.5-4b", hidden=2560, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32),
-        ModelConfig("qwen3.5-9b", hidden=4096, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32),
-        ModelConfig("qwen3.5-27b", hidden=5120, n_layers=64, n_q_heads=24, n_kv_heads=4, n_k_heads=16, n_v_heads=48),
+        ModelConfig(
+            "qwen3.5-0.8b", hidden=1024, n_layers=24, n_q_heads=8, n_kv_heads=2, n_k_heads=16, n_v_heads=16,
+            intermediate_size=3584, tie_word_embeddings=True,
+        ),
+        ModelConfig(
+            "qwen3.5-4b", hidden=2560, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32,
+            intermediate_size=9216, tie_word_embeddings=True,
+        ),
+        ModelConfig(
+            "qwen3.5-9b", hidden=4096, n_layers=32, n_q_heads=16, n_kv_heads=4, n_k_heads=16, n_v_heads=32,
+            intermediate_size=12288,
+        ),
+        ModelConfig(
+            "qwen3.5-27b", hidden=5120, n_layers=64, n_q_heads=24, n_kv_heads=4, n_k_heads=16, n_v_heads=48,
+            intermediate_size=17408,
+        ),
         ModelConfig(
             "qwen3.5-35b-a3b", hidden=2048, n_layers=40, n_q_heads=16, n_kv_heads=2, n_k_heads=16, n_v_heads=32
         ),
         ModelConfig(
-            "qwen3-next-80b-a3b", hidden=2048, n_layers=48, n_q_heads=16, n_kv_heads=2, n_k_heads=16, n_v_heads=32
+            "qwen3-next-80b-a3b", hidden=2048, n_layers=48, n_q_heads=16, n_kv_heads=2, n_k_heads=16, n_v_heads=32,
+            vocab_size=151936,
         ),
     )
-}
+}  # fmt: skip
 
 DEFAULT_PRESET = "qwen3.5-0.8b"
 

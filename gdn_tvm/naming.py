@@ -18,6 +18,7 @@ ABBREV = {
     "n_q_heads": "Hq", "n_kv_heads": "Hkv", "n_k_heads": "Hk", "n_v_heads": "Hv", "head_k_dim": "Dk",
     "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "n_rot": "rot", "rope_theta": "theta",
     "rms_norm_eps": "eps", "l2_norm_eps": "l2eps", "head_mapping": "", "rows": "N", "cols": "K",
+    "vocab_size": "V", "intermediate_size": "I", "tie_word_embeddings": "tied",
 }  # fmt: skip
 DTYPE = "f32"  # the one storage precision of every op today
 

@@ -124,6 +124,22 @@ def attention_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 WEIGHTS = {"gdn": gdn_weights, "attention": attention_weights}
 
 
+def block_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """A decoder layer's weights around its mixer, by checkpoint name: its two norms (as w_eff = 1 + w) and, where
+    the model's MLP is dense, the SwiGLU MLP's (`mlp.` in the checkpoint)."""
+    names: dict[str, tuple[int, ...]] = {"input_layernorm": (m.hidden,), "post_attention_layernorm": (m.hidden,)}
+    if m.intermediate_size is not None:
+        width = m.intermediate_size
+        names |= {"gate_proj": (width, m.hidden), "up_proj": (width, m.hidden), "down_proj": (m.hidden, width)}
+    return names
+
+
+def model_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The weights outside the layers, by checkpoint name: the embedding table, the final norm (w_eff) and the LM
+    head (the embedding table itself where `tie_word_embeddings`)."""
+    return {"embed_tokens": (m.vocab_size, m.hidden), "norm": (m.hidden,), "lm_head": (m.vocab_size, m.hidden)}
+
+
 class _Builder:
     """Collects a plan's buffers and launches; every method returns the buffer's name."""
 

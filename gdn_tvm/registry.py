@@ -154,6 +154,17 @@ _ENTRIES = [
         ref_params=("split_len",),
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
+    _entry("embedding", _dims("batch", "vocab_size", "hidden"), exact=True),
+    _entry("add_rmsnorm", _dims("batch", "hidden", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
+    _entry(
+        "add_rmsnorm",
+        _dims("batch", "hidden", "rms_norm_eps"),
+        name="rmsnorm",
+        ref="rmsnorm",
+        ref_params=("rms_norm_eps",),
+        add=False,
+    ),
+    _entry("sample", _dims("batch", "vocab_size"), exact=True),
     *(
         _entry(
             "gemv",

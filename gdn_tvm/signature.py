@@ -174,8 +174,10 @@ def _check_index(a: Arg, host: np.ndarray) -> None:
 
 
 def poisoned(arg: Arg) -> np.ndarray:
-    """A NaN-filled host array for an output (so an unwritten element fails a comparison)."""
-    return np.full(arg.shape, np.nan, dtype=arg.dtype)
+    """A host array for an output that no kernel writes (so an unwritten element fails a comparison): NaN, or an
+    integer output's most negative value."""
+    dtype = np.dtype(arg.dtype)
+    return np.full(arg.shape, np.nan if dtype.kind == "f" else np.iinfo(dtype).min, dtype=dtype)
 
 
 def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:

@@ -44,6 +44,8 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
+inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline float min(float a, float b) { return fminf(a, b); }
 

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tvm
+from safetensors import safe_open
 from safetensors.numpy import save_file
 from test_layers import assert_decodes_like_reference
 
@@ -25,14 +26,16 @@ HF_CONFIG = {
     "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1,
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
     "linear_conv_kernel_dim": 4, "head_dim": 256, "rms_norm_eps": 1e-6, "full_attention_interval": 4,
-    "rope_parameters": {"rope_theta": 5e6, "partial_rotary_factor": 0.25},
+    "vocab_size": 320, "intermediate_size": 96, "rope_parameters": {"rope_theta": 5e6, "partial_rotary_factor": 0.25},
     "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"],
 }  # fmt: skip
 HID, HK, HV, DK, DV, D = 64, 2, 4, 128, 128, 256  # HF_CONFIG's sizes; two key heads, so head order matters
+VOCAB, MLP = 320, 96
 
 
 def write_checkpoint(path, rng, fused: bool, prefix: str, dtype=np.float32) -> dict:
-    """A 4-layer checkpoint (3 GDN + 1 attention) of HF_CONFIG's sizes; returns the raw tensors written."""
+    """A 4-layer checkpoint (3 GDN + 1 attention) of HF_CONFIG's sizes, with its norms, MLPs, embedding and (untied)
+    LM head; returns the raw tensors written."""
     conv_dim = 2 * HK * DK + HV * DV
     t = {}
     for i in range(3):
@@ -56,6 +59,14 @@ def write_checkpoint(path, rng, fused: bool, prefix: str, dtype=np.float32) -> d
         t[p + f"{n}.weight"] = rng.standard_normal((D, HID))
     t[p + "o_proj.weight"] = rng.standard_normal((HID, 2 * D))
     t[p + "q_norm.weight"], t[p + "k_norm.weight"] = rng.standard_normal(D), rng.standard_normal(D)
+    for i in range(4):
+        p = f"{prefix}{i}."
+        t[p + "input_layernorm.weight"], t[p + "post_attention_layernorm.weight"] = rng.standard_normal((2, HID))
+        t[p + "mlp.gate_proj.weight"], t[p + "mlp.up_proj.weight"] = rng.standard_normal((2, MLP, HID))
+        t[p + "mlp.down_proj.weight"] = rng.standard_normal((HID, MLP))
+    model = prefix.removesuffix("layers.")
+    t[model + "embed_tokens.weight"], t["lm_head.weight"] = rng.standard_normal((2, VOCAB, HID))
+    t[model + "norm.weight"] = rng.standard_normal(HID)
     # projections scaled like trained weights (1/sqrt(fan-in)) so decoding stays in range
     t = {k: (v / np.sqrt(v.shape[-1]) if v.ndim == 2 else v).astype(dtype) for k, v in t.items()}
     save_file(t, str(path / "model.safetensors"))
@@ -138,7 +149,8 @@ def expected_weights(raw: dict, prefix: str, fused: bool) -> list[dict]:
 )
 def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused):
     raw = write_checkpoint(tmp_path, rng, fused=fused, prefix=prefix, dtype=ml_dtypes.bfloat16)
-    m, layers = load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path)
+    m, layers = loaded.model, loaded.layers
     assert (m.hidden, m.n_k_heads, m.n_v_heads, m.n_q_heads, m.n_kv_heads, m.rope_theta) == (64, 2, 4, 2, 1, 5e6)
     assert m.layer_types == ("gdn", "gdn", "gdn", "attention") and m.name == tmp_path.name
     for kind, got, want in zip(m.layer_types, layers, expected_weights(raw, prefix, fused), strict=True):
@@ -159,8 +171,11 @@ def test_a_checkpoint_of_a_presets_sizes_is_named_after_it(tmp_path, nested):
         "linear_value_head_dim": m.head_v_dim, "linear_conv_kernel_dim": m.conv_kernel, "head_dim": m.head_dim,
         "rms_norm_eps": m.rms_norm_eps, "full_attention_interval": m.full_attention_interval,
         "rope_parameters": {"rope_theta": m.rope_theta, "partial_rotary_factor": m.partial_rotary_factor},
+        "vocab_size": m.vocab_size, "intermediate_size": m.intermediate_size,
     }  # fmt: skip
     as_given = {"text_config": config} if nested else config
+    assert model_config(as_given, "Qwen3.5-0.8B").name == "Qwen3.5-0.8B"  # untied: not the preset
+    as_given["tie_word_embeddings"] = True  # where Hugging Face reads it: the top level
     assert model_config(as_given, "Qwen3.5-0.8B") == m
     config["rope_parameters"]["rope_theta"] = 1e6
     assert model_config(as_given, "Qwen3.5-0.8B").name == "Qwen3.5-0.8B"
@@ -184,16 +199,16 @@ def test_missing_and_misshaped_tensors_are_named(tmp_path, rng):
 def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
     """The loader's output drives the executor: 4 steps of the checkpoint's 4 layers on llvm vs the reference."""
     write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
-    m, layers = load_checkpoint(tmp_path)
-    cfg = DecodeConfig(m, batch=1, max_len=16, split_len=8)
-    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), weights=layers)
+    loaded = load_checkpoint(tmp_path)
+    cfg = DecodeConfig(loaded.model, batch=1, max_len=16, split_len=8)
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), weights=loaded.layers)
     assert_decodes_like_reference(stack, rng, steps=4)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_floating_dtypes_load_as_float32(tmp_path, rng, dtype):
     raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.", dtype=dtype)
-    _, layers = load_checkpoint(tmp_path)
+    layers = load_checkpoint(tmp_path).layers
     for got, want in zip(layers, expected_weights(raw, "model.layers.", fused=True), strict=True):
         assert all(got[k].dtype == np.float32 and np.array_equal(got[k], want[k]) for k in want)
 
@@ -229,14 +244,14 @@ def test_values_that_are_not_finite_as_weights_are_named(tmp_path, rng, name, va
 
 def test_shards_load_together_and_a_tensor_in_two_is_refused(tmp_path, rng):
     raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
-    _, whole = load_checkpoint(tmp_path)
+    whole = load_checkpoint(tmp_path).arrays()
     names = sorted(raw)
     (tmp_path / "model.safetensors").unlink()
     first, second = tmp_path / "model-00001-of-00002.safetensors", tmp_path / "model-00002-of-00002.safetensors"
     save_file({k: raw[k] for k in names[:10]}, str(first))
     save_file({k: raw[k] for k in names[10:]}, str(second))
-    _, sharded = load_checkpoint(tmp_path)
-    assert all(np.array_equal(a[k], b[k]) for a, b in zip(whole, sharded, strict=True) for k in a)
+    sharded = load_checkpoint(tmp_path).arrays()
+    assert sorted(sharded) == sorted(whole) and all(np.array_equal(whole[k], sharded[k]) for k in whole)
     save_file({k: raw[k] for k in names[9:]}, str(second))
     with pytest.raises(CheckpointError, match=f"{re.escape(f'{first}, {second}: both hold tensor {names[9]}')}$"):
         load_checkpoint(tmp_path)
@@ -267,6 +282,12 @@ BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
     "layer_types of 3": ("layer_types", ["linear_attention"] * 3),
     "layer_types unknown": ("layer_types", ["linear_attention"] * 3 + ["sliding_attention"]),
     "layer_types=[1, 2, 3, 4]": ("layer_types", [1, 2, 3, 4]),
+    "vocab_size=0": ("vocab_size", 0),
+    "no vocab_size": ("vocab_size", DELETE),
+    "intermediate_size='96'": ("intermediate_size", "96"),
+    "no intermediate_size": ("intermediate_size", DELETE),
+    "num_experts=-1": ("num_experts", -1),
+    "num_experts=2.0": ("num_experts", 2.0),
 }
 
 
@@ -277,6 +298,26 @@ def test_config_fields_of_the_wrong_type_or_range_are_named(field, value, nested
     leaf = field.split(".")[-1]
     with pytest.raises(CheckpointError, match=rf"^config\.json: .*{leaf}"):
         model_config({"text_config": config} if nested else config, "x")
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_tie_flag_that_is_not_a_boolean_is_named(value, nested):
+    config = {"text_config": HF_CONFIG} if nested else dict(HF_CONFIG)
+    with pytest.raises(CheckpointError, match=r"^config\.json: tie_word_embeddings: expected true or false"):
+        model_config(config | {"tie_word_embeddings": value}, "x")
+
+
+def test_mixture_of_experts_configs_have_no_dense_mlp():
+    """`num_experts` >= 1 (the -a3b models, Qwen3-Next): no dense MLP, whatever `intermediate_size` says; the
+    tie flag of a nested config is the top level's, not text_config's."""
+    config = with_field(HF_CONFIG, "num_experts", 8)
+    assert model_config(config, "x").intermediate_size is None
+    assert model_config(with_field(config, "intermediate_size", DELETE), "x").intermediate_size is None
+    assert model_config(with_field(HF_CONFIG, "num_experts", 0), "x").intermediate_size == 96
+    nested = {"text_config": with_field(HF_CONFIG, "tie_word_embeddings", True)}
+    assert not model_config(nested, "x").tie_word_embeddings
+    assert model_config(nested | {"tie_word_embeddings": True}, "x").tie_word_embeddings
 
 
 def test_config_variants_hf_writes_are_accepted():
@@ -350,3 +391,98 @@ def test_a_directory_named_like_a_shard_is_named(tmp_path, rng):
     (tmp_path / "model-00002-of-00002.safetensors").mkdir()
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path))}/model-00002-of-00002.safetensors: not a"):
         load_checkpoint(tmp_path)
+
+
+TINY = {
+    "vocab_size": 320, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "full_attention_interval": 4,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25},
+}  # fmt: skip
+VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+
+
+def save_transformers_model(path, rng, multimodal: bool, tied: bool) -> dict[str, np.ndarray]:
+    """A tiny random Qwen3.5 made and saved by `transformers` (`Qwen3_5ForConditionalGeneration`, names under
+    `model.language_model.`, with a vision tower, or `Qwen3_5ForCausalLM`, under `model.`), plus an MTP tensor in a
+    shard of its own; returns its parameters by name (float32)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(int(rng.integers(2**31)))
+    if multimodal:
+        config = transformers.Qwen3_5Config(text_config=TINY, vision_config=VISION, tie_word_embeddings=tied)
+        model = transformers.Qwen3_5ForConditionalGeneration(config)
+    else:
+        model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TINY, tie_word_embeddings=tied))
+    with torch.no_grad():  # norms and A_log start as zeros and ones: give every parameter random values
+        for p in model.parameters():
+            p.normal_(0.0, 0.5)
+    model.save_pretrained(path)
+    save_file({"mtp.fc.weight": np.ones((4, 4), np.float32)}, str(path / "mtp.safetensors"))
+    return {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize(("multimodal", "tied"), [(True, True), (True, False), (False, False), (False, True)])
+def test_a_transformers_checkpoint_loads_every_tensor(tmp_path, rng, multimodal, tied):
+    """Every text-model tensor of a checkpoint `transformers` wrote, under either naming, converted as
+    docs/math.md says; the vision tower and MTP tensors are not read; a tied LM head is the embedding array."""
+    params = save_transformers_model(tmp_path, rng, multimodal, tied)
+    loaded = load_checkpoint(tmp_path)
+    m = loaded.model
+    assert (m.vocab_size, m.intermediate_size, m.tie_word_embeddings) == (320, 96, tied)
+    model = "model.language_model." if multimodal else "model."
+    want = {"embed_tokens": params[f"{model}embed_tokens.weight"], "norm": 1 + params[f"{model}norm.weight"]}
+    want["lm_head"] = params["lm_head.weight"]
+    for i, kind in enumerate(m.layer_types):
+        p = f"{model}layers.{i}."
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            want[f"blocks.{i}.{name}"] = 1 + params[f"{p}{name}.weight"]
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            want[f"blocks.{i}.{name}"] = params[f"{p}mlp.{name}.weight"]
+        mixer = p + ("linear_attn." if kind == "gdn" else "self_attn.")
+        for name in WEIGHTS[kind](m):
+            want[f"layers.{i}.{name}"] = _kernel_layout(name, params, mixer)
+    got = loaded.arrays()
+    assert sorted(got) == sorted(want)
+    for name, value in got.items():
+        assert value.dtype == np.float32 and np.allclose(value, want[name], rtol=1e-6, atol=0), name
+    assert (loaded.weights["lm_head"] is loaded.weights["embed_tokens"]) == tied
+
+
+def _kernel_layout(name: str, params: dict, mixer: str) -> np.ndarray:
+    """Mixer weight `name` as the kernels take it, from the `transformers` parameters under `mixer`."""
+    if name == "A":
+        return -np.exp(params[mixer + "A_log"])
+    if name == "dt_bias":
+        return params[mixer + name]
+    w = params[f"{mixer}{name}.weight"]
+    return {"conv1d": w[:, 0] if w.ndim == 3 else w, "q_norm": 1 + w, "k_norm": 1 + w}.get(name, w)
+
+
+@pytest.mark.parametrize("multimodal", [True, False])
+def test_a_missing_or_misshaped_model_tensor_is_named(tmp_path, rng, multimodal):
+    save_transformers_model(tmp_path, rng, multimodal, tied=False)
+    model = "model.language_model." if multimodal else "model."
+    files = sorted(tmp_path.glob("model*.safetensors"))
+    raw = {}
+    for file in files:
+        with safe_open(file, "numpy") as h:
+            raw |= {k: h.get_tensor(k) for k in h.keys()}
+        file.unlink()
+    for name, damage in [
+        (f"{model}layers.1.mlp.up_proj.weight", None),
+        (f"{model}layers.3.post_attention_layernorm.weight", None),
+        (f"{model}embed_tokens.weight", None),
+        (f"{model}norm.weight", None),
+        ("lm_head.weight", None),
+        ("lm_head.weight", lambda w: w[:-1]),
+        (f"{model}layers.0.mlp.down_proj.weight", lambda w: w.T),
+    ]:
+        changed = {k: v for k, v in raw.items() if k != name}
+        if damage is not None:
+            changed[name] = np.ascontiguousarray(damage(raw[name]))
+        save_file(changed, str(tmp_path / "model.safetensors"))
+        expect = "has shape" if damage is not None else ""
+        with pytest.raises(CheckpointError, match=rf"{re.escape(name)}\b.*{expect}|no tensor {re.escape(name)}$"):
+            load_checkpoint(tmp_path)

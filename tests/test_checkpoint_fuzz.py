@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import save_file
 from test_checkpoint import DELETE, HF_CONFIG, split_header, with_field, write_checkpoint
 
-from gdn_tvm.runtime.checkpoint import SIZES, CheckpointError, load_checkpoint
+from gdn_tvm.runtime.checkpoint import SIZES, Checkpoint, CheckpointError, load_checkpoint
 
 TALLY: Counter[str] = Counter()
 CONFIG = {"text_config": HF_CONFIG}  # Qwen3.5's layout, with its tensor names below
@@ -61,7 +61,7 @@ class Base:
         self.spans = {name: t["data_offsets"] for name, t in header.items()}  # [start, end) in the data
         # where the dtype names start in the header ("F32" -> "I32" is still a dtype)
         self.dtype_at = [m.start() for m in re.finditer(rb'(?<="dtype":")', self.data[: self.header_end])]
-        self.layers = load_checkpoint(path)[1]
+        self.arrays = load_checkpoint(path).arrays()
 
     def __repr__(self) -> str:
         return f"Base({len(self.data)} bytes)"
@@ -70,10 +70,11 @@ class Base:
         """The tensor holding the file's byte `offset` (in the data)."""
         return next(name for name, (lo, hi) in self.spans.items() if lo <= offset - self.header_end < hi)
 
-    def changed_elements(self, layers: list[dict[str, np.ndarray]]) -> int:
+    def changed_elements(self, loaded: Checkpoint) -> int:
         """Elements of a load that differ from the undamaged one (all its weights must be finite)."""
-        assert all(np.isfinite(w).all() for layer in layers for w in layer.values())
-        return sum(int((a[k] != b[k]).sum()) for a, b in zip(layers, self.layers, strict=True) for k in a)
+        arrays = loaded.arrays()
+        assert sorted(arrays) == sorted(self.arrays) and all(np.isfinite(w).all() for w in arrays.values())
+        return sum(int((w != self.arrays[k]).sum()) for k, w in arrays.items())
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +115,13 @@ def expect_error(got, start: str, *any_of: str) -> None:
     (the field or tensor)."""
     if not isinstance(got, CheckpointError):
         TALLY["silent successes"] += 1
-        pytest.fail(f"an invalid checkpoint loaded as {got[0]}")
+        pytest.fail(f"an invalid checkpoint loaded as {got.model}")
     assert str(got).startswith(start) and (not any_of or any(n in str(got) for n in any_of)), f"{got!r}"
     TALLY["named errors"] += 1
 
 
-def expect_load(got) -> tuple:
-    """`got` is a load (model config, layers), not an error."""
+def expect_load(got) -> Checkpoint:
+    """`got` is a load, not an error."""
     assert not isinstance(got, CheckpointError), f"a valid checkpoint was refused: {got}"
     TALLY["valid loads"] += 1
     return got
@@ -147,7 +148,7 @@ def test_a_changed_header_byte_is_named_or_harmless(base, data):
     got, path = attempt(base.data[:at] + bytes([byte]) + base.data[at + 1 :], encode(CONFIG))
     if isinstance(got, CheckpointError):
         expect_error(got, f"{path}/", *(("not a valid", "has dtype") if at in base.dtype_at else (".safetensors",)))
-    elif base.changed_elements(expect_load(got)[1]):
+    elif base.changed_elements(expect_load(got)):
         TALLY["silent successes"] += 1
         pytest.fail(f"byte {at} -> {byte}: loaded with other values")
 
@@ -162,7 +163,7 @@ def test_a_changed_data_byte_names_its_tensor_or_changes_one_element(base, data)
     if isinstance(got, CheckpointError):
         expect_error(got, f"{path}/model.safetensors: tensor {base.tensor_at(at)} holds NaN or inf")
     else:
-        assert base.changed_elements(expect_load(got)[1]) <= 1
+        assert base.changed_elements(expect_load(got)) <= 1
 
 
 NUMBERS = {  # config.json float field: ModelConfig field, valid range
@@ -170,7 +171,8 @@ NUMBERS = {  # config.json float field: ModelConfig field, valid range
     "rope_parameters.rope_theta": ("rope_theta", lambda x: 0 < x < math.inf),
     "rope_parameters.partial_rotary_factor": ("partial_rotary_factor", lambda x: 0 < x <= 1),
 }
-FIELDS = [*SIZES.values(), "full_attention_interval", *NUMBERS, "layer_types", "rope_parameters", ""]  # "": all
+SIZE_FIELDS = [*SIZES.values(), "vocab_size", "intermediate_size"]  # integers >= 1 that tensor shapes follow
+FIELDS = [*SIZE_FIELDS, "full_attention_interval", *NUMBERS, "layer_types", "rope_parameters", ""]  # "": all
 
 
 def twins(value: object) -> list:
@@ -208,12 +210,13 @@ def test_a_config_field_of_any_json_value_is_named_or_valid(base, field, data):
     got, directory = attempt(base.data, encode(with_field(CONFIG, path, value)))
     leaf = path.split(".")[-1]
     if must_load(field, value, original):
-        m, layers = expect_load(got)
+        loaded = expect_load(got)
+        m = loaded.model
         if field in NUMBERS:
             attr = NUMBERS[field][0]
             assert getattr(m, attr) == (1e-6 if value is DELETE else float(value)), attr
-        assert base.changed_elements(layers) == 0
-    elif isinstance(got, CheckpointError) and leaf in SIZES.values() and "has shape" in str(got):
+        assert base.changed_elements(loaded) == 0
+    elif isinstance(got, CheckpointError) and leaf in SIZE_FIELDS and "has shape" in str(got):
         expect_error(got, f"{directory}/model.safetensors: tensor")  # a valid size, not the checkpoint's
     else:
         expect_error(got, f"{directory}/config.json: ", *(("text_config", "hidden_size") if field == "" else (leaf,)))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from conftest import COMMITTED_CUDA_LOGS, REPO, check_kernel_against_reference
+from conftest import COMMITTED_CUDA_LOGS, REPO, TUNED, check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.codegen.library import export_library
@@ -200,12 +200,12 @@ def test_cuda_build_without_a_driver_is_named(tmp_path):
 
 
 def test_dlight_ops_leave_out_what_no_rule_schedules():
-    """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention and RoPE
-    (no rule fits, or the fit leaves loops on the host) are left out rather than built unscheduled."""
+    """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention, RoPE
+    and sampling (no rule fits, or the fit leaves loops on the host) are left out rather than built unscheduled."""
     scheduled = dlight_ops(CFG, cuda(), list(OPS))
     names = {s.name for s in scheduled}
     assert {s.source for s in scheduled} == {"dlight"}
-    assert names == {n for n in OPS if not n.startswith(("decode_attention", "partial_neox_rope"))}
+    assert names == {n for n in OPS if not n.startswith(("decode_attention", "partial_neox_rope", "sample"))}
     assert all(s.func.attrs["tirx.is_scheduled"] for s in scheduled)
 
 
@@ -223,15 +223,15 @@ def test_committed_h200_logs_build_strictly(case, tmp_path):
     export compiles, the strict build compiles and exports too, with the compiler that timed every record (the
     pinned NVRTC: a new pin needs new logs)."""
     cfg = COMMITTED_CUDA_LOGS[case]
-    scheduled = schedule_ops(cfg, "cuda", REPO / "tuning_logs", list(OPS), allow_hand=False)
+    scheduled = schedule_ops(cfg, "cuda", REPO / "tuning_logs", TUNED, allow_hand=False)
     assert {s.source for s in scheduled} == {"tuned"}
     if can_export_cuda():
         lines: list[str] = []
         manifest = json.loads(
-            build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=list(OPS), echo=lines.append).read_text()
+            build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=TUNED, echo=lines.append).read_text()
         )
         functions = manifest["functions"]
-        assert sorted(functions) == sorted(OPS) and {f["schedule"] for f in functions.values()} == {"tuned"}
+        assert sorted(functions) == sorted(TUNED) and {f["schedule"] for f in functions.values()} == {"tuned"}
         assert {f["tuned_with"] for f in functions.values()} == {manifest["cuda_compile"]}
         assert not any(line.startswith("warning") for line in lines), lines
 
@@ -277,9 +277,9 @@ def test_build_names_records_tuned_with_another_compiler(tmp_path):
 def test_committed_h200_logs_build_and_match_reference(case, tmp_path, rng):
     """`make build` of the committed CUDA logs, strict; every op against its reference on the GPU."""
     cfg = COMMITTED_CUDA_LOGS[case]
-    build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=list(OPS), echo=quiet)
+    build(cfg, cuda(), REPO / "tuning_logs", tmp_path, names=TUNED, echo=quiet)
     kernels = load(tmp_path, cfg, "cuda")
-    assert sorted(kernels) == sorted(OPS)
+    assert sorted(kernels) == sorted(TUNED)
     for name, kernel in kernels.items():
         check_kernel_against_reference(OPS[name], cfg, kernel, rng)
 

@@ -13,7 +13,7 @@ from gdn_tvm.registry import OPS
 # Lower layers first; a part imports only parts of lower layers (and itself). The registry reaches ops, reference
 # and schedules by name (`importlib`), which is the one import this test does not see.
 LAYERS = (
-    ("config", "signature", "target"),
+    ("config", "signature", "target", "philox"),
     ("naming", "plan", "ops", "reference", "schedules"),
     ("registry", "runtime"),
     ("traffic", "verify", "cli"),

@@ -23,7 +23,8 @@ CHANGES = [
     {"hidden": 512}, {"n_q_heads": 8}, {"n_kv_heads": 4}, {"n_k_heads": 4}, {"n_v_heads": 8}, {"head_k_dim": 64},
     {"head_v_dim": 64}, {"head_dim": 128}, {"conv_kernel": 3}, {"partial_rotary_factor": 0.5}, {"rope_theta": 1e6},
     {"rms_norm_eps": 1e-5}, {"l2_norm_eps": 1e-5}, {"head_mapping": "tiled"}, {"n_layers": 8},
-    {"full_attention_interval": 2}, {"name": "u"},
+    {"full_attention_interval": 2}, {"name": "u"}, {"vocab_size": 1000}, {"intermediate_size": 512},
+    {"tie_word_embeddings": True},
 ]  # fmt: skip
 
 

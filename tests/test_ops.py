@@ -38,12 +38,12 @@ def test_norm_eps_comes_from_the_config(name, rng):
         assert mismatch(changed, default, TOL_OP), f"{name}: the epsilon changed no output"
 
 
-def _misaligned(shape: tuple[int, ...]) -> np.ndarray:
-    """A contiguous float32 array whose data starts 4 bytes past a 16-byte boundary."""
-    n = int(np.prod(shape))
-    buf = np.zeros(n + 8, np.float32)
-    start = (-buf.ctypes.data % 16) // 4 + 1
-    return buf[start : start + n].reshape(shape)
+def _misaligned(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A contiguous array whose data starts 4 bytes past a 16-byte boundary."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = np.zeros(n + 32, np.uint8)
+    start = -buf.ctypes.data % 16 + 4
+    return buf[start : start + n].view(dtype).reshape(shape)
 
 
 def _corruptions(args, cfg):
@@ -57,11 +57,11 @@ def _corruptions(args, cfg):
         elif a.role == "weight":
             yield a.name, "nan", "NaN"
         elif a.role == "in":
-            yield a.name, np.zeros(a.shape, np.float64), "dtype"
-            yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), np.float32), "shape"
-            yield a.name, np.zeros(a.shape[:-1] + (2 * a.shape[-1],), np.float32)[..., ::2], "contiguous"
-            yield a.name, _misaligned(a.shape), "aligned"
-            yield a.name, np.zeros(a.shape, np.float32).view(OnCuda), "cuda:0"
+            yield a.name, np.zeros(a.shape, np.float64 if a.dtype != "float64" else np.float32), "dtype"
+            yield a.name, np.zeros(a.shape[:-1] + (a.shape[-1] + 1,), a.dtype), "shape"
+            yield a.name, np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)[..., ::2], "contiguous"
+            yield a.name, _misaligned(a.shape, a.dtype), "aligned"
+            yield a.name, np.zeros(a.shape, a.dtype).view(OnCuda), "cuda:0"
 
 
 @pytest.mark.parametrize("name", OPS)

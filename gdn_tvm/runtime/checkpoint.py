@@ -1,9 +1,14 @@
-"""Load a Hugging Face Qwen3.5 / Qwen3-Next checkpoint directory into mixer weights in kernel layouts.
+"""Load a Hugging Face Qwen3.5 / Qwen3-Next checkpoint directory: every weight of the text model, in kernel layouts.
 
-Reads `config.json` (sizes, rope_theta, the layer pattern) and `*.safetensors` by the checkpoint's own
-parameter names (docs/math.md, "Checkpoint names") and converts: `A = -exp(A_log)`, q/k norms to `1 + w`,
-the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` split into the
-four GDN projections in `[q | k | v]` channel order. The head mapping is "grouped".
+Reads `config.json` (sizes, rope_theta, the layer pattern, the MLP width, the vocabulary, the LM head's tying) and
+`*.safetensors` by the checkpoint's own parameter names (docs/math.md, "Checkpoint names"), under
+`model.language_model.` (Qwen3.5's released multimodal checkpoints) or `model.` (text-only ones, Qwen3-Next), and
+`lm_head.weight` at the top level; the vision tower (`model.visual.*`) and the MTP head (`mtp.*`) are not read. It
+converts: `A = -exp(A_log)`, every RMSNorm weight but the gated one to `1 + w` (q/k norms, the layer norms, the final
+norm), the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` split into the four
+GDN projections in `[q | k | v]` channel order. A tied LM head is the embedding array itself (no second copy; an
+`lm_head.weight` in the files is then not read, as Hugging Face ties it over). Mixture-of-experts MLPs are not read.
+The head mapping is "grouped".
 
 Everything read is checked, and a checkpoint that fails a check raises `CheckpointError`, whose message starts with
 the file at fault (`config.json`, a `.safetensors` shard, or `<dir>/*.safetensors` for the shards together) and
@@ -20,6 +25,7 @@ import json
 import math
 import reprlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from gdn_tvm.config import PRESETS, ModelConfig
-from gdn_tvm.plan import WEIGHTS
+from gdn_tvm.plan import WEIGHTS, block_weights, model_weights
 from gdn_tvm.signature import ArgumentError
 
 PREFIXES = ("model.language_model.layers.", "model.layers.")
@@ -85,6 +91,13 @@ class _Section:
             raise self.error(key, f"expected an integer >= 1, got {reprlib.repr(value)}")
         return value
 
+    def flag(self, key: str, default: bool) -> bool:
+        """A JSON boolean."""
+        value = self.get(key, default)
+        if type(value) is not bool:
+            raise self.error(key, f"expected true or false, got {reprlib.repr(value)}")
+        return value
+
     def number(self, key: str, ok: Callable[[float], bool], want: str, default: object = _REQUIRED) -> float:
         """A JSON number (int or float, not a bool) for which `ok` holds; `want` says what `ok` asks."""
         value = self.get(key, default)
@@ -118,13 +131,26 @@ def _rope_field(c: _Section, key: str, ok: Callable[[float], bool], want: str) -
     raise c.error("", f"missing field {key!r} (top level or in rope_parameters)")
 
 
+def _intermediate_size(c: _Section) -> int | None:
+    """The dense MLP's width, or None where the MLPs are mixture-of-experts (`num_experts` >= 1: the -a3b models and
+    Qwen3-Next, whose `intermediate_size` no layer uses)."""
+    experts = c.get("num_experts", 0)
+    if type(experts) is not int or experts < 0:
+        raise c.error("num_experts", f"expected an integer >= 0, got {reprlib.repr(experts)}")
+    return None if experts else c.size("intermediate_size")
+
+
 def model_config(config: object, name: str, file: str = "config.json") -> ModelConfig:
     """A `ModelConfig` from a Hugging Face config dict (Qwen3.5 nests it under `text_config`), named after the preset
     of the same sizes if there is one (so `make build --preset` modules load for it), else `name`. Raises
-    `CheckpointError` naming `file` and the field for a missing field, a wrong type or a value out of range."""
+    `CheckpointError` naming `file` and the field for a missing field, a wrong type or a value out of range.
+
+    `tie_word_embeddings` is read where Hugging Face reads it, at the file's top level (the multimodal config's own
+    flag, not its text_config's), with its default, false."""
     top = _Section(config, file)
     c = top.section("text_config") or top
     sizes: dict[str, Any] = {ours: c.size(theirs) for ours, theirs in SIZES.items()}
+    sizes |= {"vocab_size": c.size("vocab_size"), "intermediate_size": _intermediate_size(c)}
     for multiple, of in MULTIPLES:
         if c.obj[multiple] % c.obj[of]:
             raise c.error(multiple, f"{c.obj[multiple]} is not a multiple of {of}={c.obj[of]}")
@@ -135,6 +161,7 @@ def model_config(config: object, name: str, file: str = "config.json") -> ModelC
         partial_rotary_factor=_rope_field(c, "partial_rotary_factor", _fraction, "in (0, 1]"),
         rms_norm_eps=c.number("rms_norm_eps", _positive, "> 0 and finite", default=1e-6),
         full_attention_interval=c.size("full_attention_interval", default=4),
+        tie_word_embeddings=top.flag("tie_word_embeddings", False),
     )
     _check_layer_types(c, m)
     return next((p for p in PRESETS.values() if dataclasses.replace(p, name=name) == m), m)
@@ -192,6 +219,7 @@ class _Tensors:
         if prefix is None:
             raise CheckpointError(f"{self.files}: no tensor name starts with one of {PREFIXES}")
         self.prefix = prefix
+        self.model = prefix.removesuffix("layers.")  # the text model's own tensors: embedding, final norm
         layers = (k[len(prefix) :].split(".", 1)[0] for k in self._where if k.startswith(prefix))
         self.n_layers = 1 + max((int(i) for i in layers if i.isdigit()), default=-1)  # 1 + the highest layer index
 
@@ -201,9 +229,14 @@ class _Tensors:
     def get(
         self, layer: int, name: str, shape: tuple[int, ...], convert: Callable[[np.ndarray], np.ndarray] | None = None
     ) -> np.ndarray:
-        """`shape` float32: tensor `<prefix><layer>.<name>`, of a floating dtype, through `convert` if given (an
-        elementwise map), and finite."""
-        key = f"{self.prefix}{layer}.{name}"
+        """`read` of the layer's tensor `<prefix><layer>.<name>`."""
+        return self.read(f"{self.prefix}{layer}.{name}", shape, convert)
+
+    def read(
+        self, key: str, shape: tuple[int, ...], convert: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> np.ndarray:
+        """`shape` float32: tensor `key`, of a floating dtype, through `convert` if given (an elementwise map), and
+        finite."""
         if key not in self._where:
             raise CheckpointError(f"{self.files}: no tensor {key}")
         file, handle = self._where[key]
@@ -253,9 +286,47 @@ def _attention(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
     return w
 
 
-def load_checkpoint(path: str | Path) -> tuple[ModelConfig, list[dict[str, np.ndarray]]]:
-    """(model config, per-layer mixer weights in layer order, float32 in `WEIGHTS`' shapes) from a checkpoint
-    directory; `CheckpointError` (an `ArgumentError`) naming the file and the field or tensor where a check fails."""
+def _one_plus(w: np.ndarray) -> np.ndarray:
+    """The effective weight `1 + w` of a Qwen3.5 RMSNorm (all but the GDN's gated one)."""
+    return 1.0 + w
+
+
+def _block(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
+    shapes = block_weights(m)
+    w = {
+        name: t.get(i, f"{name}.weight", shapes[name], _one_plus)
+        for name in ("input_layernorm", "post_attention_layernorm")
+    }
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        if name in shapes:
+            w[name] = t.get(i, f"mlp.{name}.weight", shapes[name])
+    return w
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint, float32 in kernel layouts. `layers[i]`: layer i's mixer weights (`plan.WEIGHTS` of its
+    kind); `blocks[i]`: its norms and dense MLP (`plan.block_weights`); `weights`: the embedding table, final norm and
+    LM head (`plan.model_weights`; a tied LM head is the embedding array itself)."""
+
+    model: ModelConfig
+    layers: list[dict[str, np.ndarray]]
+    blocks: list[dict[str, np.ndarray]]
+    weights: dict[str, np.ndarray]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by a dotted name (`layers.3.q_proj`, `blocks.0.up_proj`, `lm_head`), the LM head included when
+        tied."""
+        named = dict(self.weights)
+        for part in ("layers", "blocks"):
+            for i, layer in enumerate(getattr(self, part)):
+                named |= {f"{part}.{i}.{k}": v for k, v in layer.items()}
+        return named
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Every weight of the text model in a checkpoint directory (`Checkpoint`); `CheckpointError` (an
+    `ArgumentError`) naming the file and the field or tensor where a check fails."""
     path = Path(path)
     cfg_file = path / "config.json"
     m = model_config(_read_config(cfg_file), path.name, str(cfg_file))
@@ -269,4 +340,9 @@ def load_checkpoint(path: str | Path) -> tuple[ModelConfig, list[dict[str, np.nd
         w = _gdn(tensors, m, i) if kind == "gdn" else _attention(tensors, m, i)
         assert set(w) == set(WEIGHTS[kind](m)), f"loader and weight table disagree for {kind}"
         layers.append({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in w.items()})
-    return m, layers
+    blocks = [_block(tensors, m, i) for i in range(m.n_layers)]
+    shapes = model_weights(m)
+    embed = tensors.read(f"{tensors.model}embed_tokens.weight", shapes["embed_tokens"])
+    weights = {"embed_tokens": embed, "norm": tensors.read(f"{tensors.model}norm.weight", shapes["norm"], _one_plus)}
+    weights["lm_head"] = embed if m.tie_word_embeddings else tensors.read("lm_head.weight", shapes["lm_head"])
+    return Checkpoint(m, layers, blocks, weights)

@@ -1,0 +1,20 @@
+"""embedding schedules: element-wise over (lane, hidden), `vector` floats of a row per thread."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from gdn_tvm.config import DecodeConfig
+
+from .common import cuda_elementwise, llvm_elementwise
+
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+KNOBS = {"threads": (32, 64, 128, 256)}
+
+
+def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
+    llvm_elementwise(sch, "lookup")
+
+
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 128, vector: int = 4) -> None:
+    cuda_elementwise(sch, "lookup", threads, vector)
