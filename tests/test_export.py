@@ -84,6 +84,9 @@ def sigmoid_build(tmp_path) -> Path:
         ("max_len", 128, {"max_len": 128}),
         ("name", "qwen3.5-4b", {"name": "qwen3.5-4b"}),
         ("head_mapping", "tiled", {"head_mapping": "tiled"}),
+        ("weight_dtype", "bfloat16", {"weight_dtype": "bfloat16"}),
+        ("kv_dtype", "bfloat16", {"kv_dtype": "bfloat16"}),
+        ("state_dtype", "bfloat16", {"state_dtype": "bfloat16"}),
         ("target", "cuda", {}),
     ],
 )

@@ -23,7 +23,8 @@ CHANGES = [
     {"hidden": 512}, {"n_q_heads": 8}, {"n_kv_heads": 4}, {"n_k_heads": 4}, {"n_v_heads": 8}, {"head_k_dim": 64},
     {"head_v_dim": 64}, {"head_dim": 128}, {"conv_kernel": 3}, {"partial_rotary_factor": 0.5}, {"rope_theta": 1e6},
     {"rms_norm_eps": 1e-5}, {"l2_norm_eps": 1e-5}, {"head_mapping": "tiled"}, {"n_layers": 8},
-    {"full_attention_interval": 2}, {"name": "u"},
+    {"full_attention_interval": 2}, {"name": "u"}, {"weight_dtype": "bfloat16"}, {"kv_dtype": "bfloat16"},
+    {"state_dtype": "bfloat16"},
 ]  # fmt: skip
 
 
@@ -48,3 +49,17 @@ def test_builds_are_named_by_the_same_function():
     )
     assert naming.build(BASE, "llvm") == "llvm/t-B2-S3-L64-sl16-grouped"
     assert OPS["gemv_in_proj_z"].workload_key(BASE, "cuda") == "cuda/gemv-f32-B2-N128-K256"
+
+
+def test_dtypes_are_named_only_where_not_float32():
+    """All-float32 names hold no dtype field (the committed logs keep their names); each other dtype is named by its
+    field and short name, in builds and in the workloads that read it."""
+    bf16 = BASE.replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
+    assert naming.build(bf16, "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-wbf16-kvbf16-stbf16"
+    assert naming.build(BASE.replace(kv_dtype="bfloat16"), "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-kvbf16"
+
+
+@pytest.mark.parametrize("field", ["weight_dtype", "kv_dtype", "state_dtype"])
+def test_a_dtype_outside_the_table_is_refused_by_field_name(field):
+    with pytest.raises(ValueError, match=f"{field} must be one of"):
+        BASE.replace(**{field: "float16"})
