@@ -57,6 +57,9 @@ def test_dtypes_are_named_only_where_not_float32():
     bf16 = BASE.replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
     assert naming.build(bf16, "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-wbf16-kvbf16-stbf16"
     assert naming.build(BASE.replace(kv_dtype="bfloat16"), "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-kvbf16"
+    assert OPS["gemv_in_proj_z"].workload_key(bf16, "cuda") == "cuda/gemv-f32-B2-N128-K256-wbf16"
+    assert OPS["kv_row_scatter"].workload_key(bf16, "cuda") == "cuda/kv_row_scatter-f32-B2-S3-L64-Hkv2-D64-kvbf16"
+    assert OPS["sigmoid_gate"].workload_key(bf16, "cuda") == OPS["sigmoid_gate"].workload_key(BASE, "cuda")
 
 
 @pytest.mark.parametrize("field", ["weight_dtype", "kv_dtype", "state_dtype"])
