@@ -274,6 +274,14 @@ def test_weight_of_another_dtype_is_rejected_by_name(name, dtype):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
 
 
+def test_a_bf16_recurrent_state_is_refused_until_the_delta_rule_reads_one():
+    """`state_dtype` bf16 allocates the recurrent state in bf16, which the delta rule's float32 signature refuses at
+    bind, naming the argument."""
+    cfg = LAYER_CASES["0.8b-B1"].replace(state_dtype="bfloat16")
+    with pytest.raises(ArgumentError, match="delta_rule_fused: state: expected dtype float32, got bfloat16"):
+        HybridStack(cfg, _kernels("0.8b-B1"), tvm.cpu(), layer_types=("gdn",))
+
+
 def test_nan_weight_is_rejected_by_name():
     cfg = LAYER_CASES["0.8b-B1"]
     from gdn_tvm.runtime.weights import random_weights
