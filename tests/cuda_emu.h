@@ -55,6 +55,10 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(16) int4 {  // a vector of indices, where TVM gathers float4s it cannot prove contiguous
+  int x, y, z, w;
+};
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 struct alignas(16) ulonglong4 {  // 16-byte aligned in CUDA too (`ulonglong4_32a` is the 32-byte one)
   unsigned long long x, y, z, w;
 };
