@@ -30,7 +30,7 @@ from gdn_tvm.runtime.module import ManifestError, load, read_manifest
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.target import cuda, gpu_spec
 from gdn_tvm.traffic import rotating_sets, traffic
-from gdn_tvm.verify import TOL_OP, mismatch, reference_copy
+from gdn_tvm.verify import mismatch, reference_copy, tolerance
 
 GPU = gpu_spec(cuda())  # the GPU the benchmarks rate against (its measured copy peak)
 
@@ -175,15 +175,18 @@ def expected(op: Op, cfg: DecodeConfig, values: dict) -> dict[str, np.ndarray]:
     return {a.name: expect[a.name] for a in visible(op.signature(cfg)) if a.role in ("out", "state")}
 
 
-def check(op: Op, outputs: dict[str, torch.Tensor], expect: dict[str, np.ndarray]) -> tuple[float, str | None]:
+def check(
+    op: Op, cfg: DecodeConfig, outputs: dict[str, torch.Tensor], expect: dict[str, np.ndarray]
+) -> tuple[float, str | None]:
     """The largest relative L-inf error of `outputs` against `expect`, and why they do not match (None: they do,
-    within the per-op tolerance; bit for bit for data movement)."""
+    within the per-op tolerance of the op's dtypes at `cfg`; bit for bit for data movement)."""
     worst, why = 0.0, None
+    tol = 0 if op.exact else tolerance(a.dtype for a in visible(op.signature(cfg)))
     for name, ref in expect.items():
         out = outputs[name].detach().cpu().double().numpy()
         if out.shape == ref.shape and not np.isnan(out).any():
             worst = max(worst, float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)))
-        why = why or (f"{name}: {reason}" if (reason := mismatch(out, ref, 0 if op.exact else TOL_OP)) else None)
+        why = why or (f"{name}: {reason}" if (reason := mismatch(out, ref, tol)) else None)
     return worst, why
 
 
@@ -202,7 +205,7 @@ def bench_op(
     for label, k in {"tvm": kernel, **(others or {})}.items():
         copy = clone(pristine)
         k.launch(copy)
-        row[f"{label}_rel_err"], why = check(op, copy, expect)
+        row[f"{label}_rel_err"], why = check(op, cfg, copy, expect)
         if why:
             row[f"{label}_error"] = f"wrong: {why}"
         row[f"{label}_us"] = time_kernel(k, value_sets)
@@ -212,7 +215,7 @@ def bench_op(
         try:
             first = make(cfg, clone(pristine))
             first()
-            row[f"{label}_rel_err"], why = check(op, first.outputs(), expect)
+            row[f"{label}_rel_err"], why = check(op, cfg, first.outputs(), expect)
             if why:
                 row[f"{label}_error"] = f"wrong: {why}"
                 continue

@@ -69,7 +69,7 @@ def sweep(
             continue
         copy = clone(pristine)
         kernel.launch(copy)
-        err, why = check(op, copy, expect)
+        err, why = check(op, cfg, copy, expect)
         if why:  # a wrong design is recorded, never timed, and fails the run (`main`)
             rows.append({"op": name, "batch": batch, "knobs": combo or "defaults", "error": f"wrong: {why}"})
             print(json.dumps(rows[-1]), flush=True)

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from gdn_tvm.config import DEFAULT_PRESET, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
+from gdn_tvm.config import DEFAULT_PRESET, DTYPE_FIELDS, DTYPES, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--preset --batch --slots --max-len --split-len --head-mapping --target --ops`."""
+    """`--preset --batch --slots --max-len --split-len --head-mapping --weight-dtype --kv-dtype --state-dtype --target
+    --ops`."""
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
     parser.add_argument("--batch", type=int, default=1, help="lanes decoded together (default 1)")
     parser.add_argument("--slots", type=int, default=0, help="state-pool slots (default: = batch)")
     parser.add_argument("--max-len", type=int, default=DecodeConfig.max_len, help="KV rows per slot")
     parser.add_argument("--split-len", type=int, default=DecodeConfig.split_len, help="positions per split-KV chunk")
     parser.add_argument("--head-mapping", default="grouped", choices=HEAD_MAPPINGS)
+    for field in DTYPE_FIELDS:
+        default = getattr(DecodeConfig, field)
+        parser.add_argument(f"--{field.replace('_', '-')}", default=default, choices=DTYPES, help=f"default {default}")
     parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     parser.add_argument(
         "--ops",
@@ -27,8 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The `DecodeConfig` the options describe."""
+    dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
     return DecodeConfig(
-        preset(args.preset), batch=args.batch, slots=args.slots, max_len=args.max_len, split_len=args.split_len
+        preset(args.preset),
+        batch=args.batch,
+        slots=args.slots,
+        max_len=args.max_len,
+        split_len=args.split_len,
+        **dtypes,
     ).replace(head_mapping=args.head_mapping)
 
 

@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass
 
 HEAD_MAPPINGS = ("grouped", "tiled")
+# Storage dtypes of what a step streams (`DecodeConfig.weight_dtype`, `kv_dtype`, `state_dtype`), each with its short
+# name in artifact names; kernels compute in float32 whatever they load.
+DTYPES = {"float32": "f32", "bfloat16": "bf16"}
 # Input projections stacked row-wise into one weight (one GEMV launch where a step uses them: B = 1), in order.
 STACKED = {
     "in_proj": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
@@ -99,12 +102,18 @@ class ModelConfig:
         return h % self.n_k_heads
 
 
+DTYPE_FIELDS = ("weight_dtype", "kv_dtype", "state_dtype")  # the `DecodeConfig` fields holding a `DTYPES` name
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decode step's shapes: the model plus serving choices.
 
     batch: lanes decoded together (B); slots: size of every state pool (conv, recurrent, KV);
     max_len: KV-cache rows per slot; split_len: positions per split-KV chunk.
+    Storage dtypes (`DTYPES`): weight_dtype of the projection, conv and norm weights (the gates' A and dt_bias
+    stay float32); kv_dtype of the KV caches; state_dtype of the recurrent state. Activations and conv states are
+    float32.
     """
 
     model: ModelConfig
@@ -112,6 +121,9 @@ class DecodeConfig:
     slots: int = 0  # 0 => same as batch
     max_len: int = 4096
     split_len: int = 128
+    weight_dtype: str = "float32"
+    kv_dtype: str = "float32"
+    state_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.slots == 0:
@@ -121,6 +133,9 @@ class DecodeConfig:
                 raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
         if self.slots < self.batch:
             raise ValueError(f"slots={self.slots} must be >= batch={self.batch}")
+        for field in DTYPE_FIELDS:
+            if getattr(self, field) not in DTYPES:
+                raise ValueError(f"{field} must be one of {tuple(DTYPES)}, got {getattr(self, field)!r}")
 
     @property
     def n_splits(self) -> int:

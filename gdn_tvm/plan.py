@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gdn_tvm.config import STACKED, DecodeConfig, ModelConfig
 
 ROLES = ("input", "weight", "state", "act", "view")
+FLOAT32_WEIGHTS = frozenset({"A", "dt_bias"})  # the gates' per-head parameters: float32 whatever the weight dtype
 VIEW_ALIGN = 64  # bytes: where a row view of a stacked projection may start (the kernels' vector loads)
 
 
@@ -140,6 +141,11 @@ def model_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {"embed_tokens": (m.vocab_size, m.hidden), "norm": (m.hidden,), "lm_head": (m.vocab_size, m.hidden)}
 
 
+def stored_dtype(name: str, weight_dtype: str) -> str:
+    """The dtype weight `name` (a `WEIGHTS` name or a `STACKED` one) is stored in at a config's `weight_dtype`."""
+    return "float32" if name in FLOAT32_WEIGHTS else weight_dtype
+
+
 class _Builder:
     """Collects a plan's buffers and launches; every method returns the buffer's name."""
 
@@ -156,9 +162,9 @@ class _Builder:
         parts = STACKED.get(self.stacked, ())
         for name, shape in WEIGHTS[kind](m).items():
             if name not in parts:
-                self.add(name, shape, "weight")
+                self.add(name, shape, "weight", stored_dtype(name, cfg.weight_dtype))
         if self.stacked:
-            self.add(self.stacked, m.projections[self.stacked], "weight")
+            self.add(self.stacked, m.projections[self.stacked], "weight", cfg.weight_dtype)
 
     def add(self, name: str, shape: tuple[int, ...], role: str, dtype: str = "float32", base: str = "", start: int = 0):
         if name in self.buffers:
@@ -169,8 +175,8 @@ class _Builder:
     def act(self, name: str, *shape: int) -> str:
         return self.add(name, shape, "act")
 
-    def state(self, name: str, *shape: int) -> str:
-        return self.add(name, shape, "state")
+    def state(self, name: str, *shape: int, dtype: str = "float32") -> str:
+        return self.add(name, shape, "state", dtype)
 
     def view(self, base: str, *shape: int, start: int = 0, name: str = "") -> str:
         """`shape` over `base` from element `start` (a reshape at 0); named `<base>.<dims>` unless `name`."""
@@ -222,7 +228,7 @@ def gdn(cfg: DecodeConfig) -> Plan:
     hv, dv = m.n_v_heads, m.head_v_dim
     p = _Builder("gdn", cfg, "in_proj")
     conv_state = p.state("conv_state", cfg.slots, m.conv_dim, m.conv_kernel - 1)
-    p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim)
+    p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim, dtype=cfg.state_dtype)
     fused = p.fusions.gdn_stages
     conv = {"conv_weight": "conv1d", "state": conv_state, "slots": "slots"}
     first = "qkv" if fused else "mixed"  # the epilogue's conv output, or the rows the conv kernel reads
@@ -253,7 +259,7 @@ def attention(cfg: DecodeConfig) -> Plan:
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     p = _Builder("attention", cfg, "qkv_proj")
     for cache in ("k_cache", "v_cache"):
-        p.state(cache, cfg.slots, cfg.max_len, hkv, d)
+        p.state(cache, cfg.slots, cfg.max_len, hkv, d, dtype=cfg.kv_dtype)
     projections = [("q_proj", "q_gate", (B, hq, 2 * d)), ("k_proj", "k", (B, hkv, d)), ("v_proj", "v", (B, hkv, d))]
     qg, k, v = p.project(projections)
     q, gate = p.act("q", B, hq, d), p.act("gate", B, hq, d)

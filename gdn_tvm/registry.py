@@ -80,7 +80,7 @@ def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = F
         sizes |= _dims("slots", "conv_dim", "conv_kernel")(cfg)
     if norm:
         sizes |= _dims("head_v_dim", "rms_norm_eps")(cfg)
-    return sizes
+    return sizes | _dims("weight_dtype")(cfg)
 
 
 def _entry(
@@ -112,11 +112,11 @@ def _entry(
 
 
 _ATTN = ("batch", "n_q_heads", "n_kv_heads", "head_dim")
-_CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")
+_CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")  # then split_len, kv_dtype
 _RECURRENCE = ("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping")
 
 _ENTRIES = [
-    _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel")),
+    _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel", "weight_dtype")),
     _entry(
         "per_head_l2_norm",
         _dims("batch", "conv_dim", "n_k_heads", "head_k_dim", "l2_norm_eps"),
@@ -132,17 +132,26 @@ _ENTRIES = [
         ref_params=("head_mapping", "l2_norm_eps"),
         fused=True,
     ),
-    _entry("gated_rmsnorm", _dims("batch", "n_v_heads", "head_v_dim", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
+    _entry(
+        "gated_rmsnorm",
+        _dims("batch", "n_v_heads", "head_v_dim", "rms_norm_eps", "weight_dtype"),
+        ref_params=("rms_norm_eps",),
+    ),
     _entry("split_interleaved", _dims("batch", "n_q_heads", "head_dim"), exact=True),
-    _entry("per_head_rmsnorm", _dims(*_ATTN, "rms_norm_eps"), ref_params=("rms_norm_eps",)),
+    _entry("per_head_rmsnorm", _dims(*_ATTN, "rms_norm_eps", "weight_dtype"), ref_params=("rms_norm_eps",)),
     _entry(
         "partial_neox_rope", _dims(*_ATTN, "n_rot", "rope_theta"), ref_params=("rope_theta", "partial_rotary_factor")
     ),
-    _entry("kv_row_scatter", _dims("batch", "slots", "max_len", "n_kv_heads", "head_dim"), exact=True),
-    _entry("decode_attention", _dims(*_CACHE, "split_len")),
+    _entry(
+        "kv_row_scatter",
+        _dims("batch", "slots", "max_len", "n_kv_heads", "head_dim", "kv_dtype"),
+        exact=True,
+        ref_params=("kv_dtype",),
+    ),
+    _entry("decode_attention", _dims(*_CACHE, "split_len", "kv_dtype")),
     _entry(
         "decode_attention",
-        _dims(*_CACHE, "split_len"),
+        _dims(*_CACHE, "split_len", "kv_dtype"),
         name="decode_attention_split",
         ref="decode_attention_split",
         ref_params=("split_len",),

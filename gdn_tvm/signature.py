@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 ROLES = ("in", "weight", "out", "state", "index")
@@ -173,6 +174,12 @@ def _check_index(a: Arg, host: np.ndarray) -> None:
             raise ArgumentError(f"{a.name}: active slots must be distinct, got {host.tolist()}")
 
 
+def is_float(dtype: object) -> bool:
+    """A floating dtype, bfloat16 (ml_dtypes: not numpy's kind "f") included."""
+    dt = np.dtype(dtype)  # type: ignore[call-overload]
+    return dt.kind == "f" or dt == ml_dtypes.bfloat16
+
+
 def poisoned(arg: Arg) -> np.ndarray:
     """A host array for an output that no kernel writes (so an unwritten element fails a comparison): NaN, or an
     integer output's most negative value."""
@@ -191,7 +198,7 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:
         if arg.slot_pool:
             return _sample_slots(rng, arg.shape[0], hi)
         return rng.integers(max(lo, 0), hi, size=arg.shape, dtype=np.int32)
-    return rng.standard_normal(arg.shape).astype(arg.dtype)
+    return rng.standard_normal(arg.shape).astype(arg.dtype)  # bfloat16: rounded, so references see the stored values
 
 
 def _sample_slots(rng: np.random.Generator, batch: int, n_slots: int) -> np.ndarray:

@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import tvm
 from tvm import s_tir
+
+LOAD_BYTES = 16  # the widest load a CUDA thread issues (float4, uint4)
+F32_PER_LOAD = 4
+
+
+def per_load(dtype: str) -> int:
+    """Elements of `dtype` in one `LOAD_BYTES` load: 4 float32, 8 bf16."""
+    return LOAD_BYTES * 8 // tvm.runtime.DataType(dtype).bits
+
+
+def vectorize_floats(sch: s_tir.Schedule, loop: s_tir.schedule.LoopRV) -> None:
+    """Vectorise a loop over float32 values in pieces of one 16-byte load (a longer loop's rest unrolled): TVM 0.27
+    prints float32x8 as `ulonglong4`, whose arithmetic it writes as `make_ulonglong4` of 8 floats, which nvcc
+    rejects."""
+    extent = sch.get(loop).extent
+    if int(extent) > F32_PER_LOAD:
+        outer, loop = sch.split(loop, factors=[None, F32_PER_LOAD])
+        sch.unroll(outer)
+    sch.vectorize(loop)
 
 
 def llvm_elementwise(sch: s_tir.Schedule, block: str, vector: int = 8) -> None:

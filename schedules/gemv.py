@@ -12,6 +12,8 @@ from tvm import s_tir
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
+from .common import per_load, vectorize_floats
+
 MANY_LANES = 8  # from this many lanes on, each weight element feeds enough multiply-adds that float32 FLOPs bind
 # There, a projection of >= 1024 rows takes at least 16 rows a CTA and one warp per group of 4 rows: the knob-grid
 # winner of 6 of the 8 such B=32 workloads of qwen3.5-0.8b and -4b on the H200, 1.8-2.9x the former default of
@@ -59,7 +61,7 @@ def cuda(
     norm: bool = False,
     rows: int | None = None,
     threads_per_row: int | None = None,
-    vector: int = 4,
+    vector: int | None = None,
     batch_tile: int = 16,
     smem_bytes: int = 24576,
     unroll: int = 8,
@@ -68,8 +70,9 @@ def cuda(
 ) -> None:
     """One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
 
-    Threads read w with `vector`-wide (float4) coalesced loads along K, `unroll` loads in flight; every w
-    element read serves the B tile's lanes of x, staged in shared memory in K chunks of <= `smem_bytes`.
+    Threads read w with `vector`-wide coalesced loads along K (default 16 bytes: float4, or 8 bf16 as a uint4,
+    converted to float32 in registers), `unroll` loads in flight; every w element read serves the B tile's lanes of
+    x, staged in shared memory in K chunks of <= `smem_bytes` and moved in float4s.
     A thread owns `rows_per_thread` of its CTA's rows: each x vector it reads from shared memory then serves
     that many rows (with many lanes, shared-memory reads of x, not w, bound a one-row thread).
     Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
@@ -80,6 +83,7 @@ def cuda(
     heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
     the plain GEMV stages x (at least 2 rows a CTA, so there is a stage).
     """
+    vector = vector or per_load(cfg.weight_dtype)
     layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu)
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
     if norm and (rows == 1 or cfg.model.head_v_dim % threads_per_row):
@@ -118,12 +122,12 @@ def cuda(
         _, ty, tx, v = sch.split(fused, factors=[None, row_threads, threads_per_row, vector])
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
-        sch.vectorize(v)
+        vectorize_floats(sch, v)
     if norm:
         _head_sums(sch, bx, row_threads, threads_per_row)
     x_loc = sch.cache_read(rf, 0, "local")
     sch.compute_at(x_loc, bi)
-    sch.vectorize(sch.get_loops(x_loc)[-1])
+    vectorize_floats(sch, sch.get_loops(x_loc)[-1])
 
     sch.decompose_reduction(rf, kc)
     _, ku = sch.split(ki, factors=[None, _divisor_at_most(k_chunk, unroll)])
@@ -154,7 +158,7 @@ def cuda_layout(
     proj: str,
     rows: int | None = None,
     threads_per_row: int | None = None,
-    vector: int = 4,
+    vector: int | None = None,
     batch_tile: int = 16,
     smem_bytes: int = 24576,
     rows_per_thread: int | None = None,
@@ -165,8 +169,9 @@ def cuda_layout(
     (`norm`: at least 2 rows a CTA by default).
 
     The grid is `N / rows * ceil(B / lanes)` CTAs of `rows / rows_per_thread * threads_per_row` threads; one K
-    step is `threads_per_row * vector` columns.
+    step is `threads_per_row * vector` columns (default `vector`: a 16-byte load of the weight dtype).
     """
+    vector = vector or per_load(cfg.weight_dtype)
     if rows_per_thread is None:
         rows_per_thread = 4 if cfg.batch >= MANY_LANES else 1
     n_rows, n_cols = cfg.model.projections[proj]

@@ -9,13 +9,16 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
+import tvm
 from cuda_emu import lower
 
 from gdn_tvm.codegen.compile import compile_op
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.config import DTYPE_FIELDS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
+from gdn_tvm.signature import sample, visible
 from gdn_tvm.verify import check_kernel, mismatch
 
 # Two presets with Hv != Hk among them, B = 1 and B = 3 (4 slots, one lane skipped), a scaled-down cache and
@@ -30,6 +33,15 @@ CASES = {
         head_mapping="tiled", vocab_size=509
     ),
 }
+# Two of them with bf16 weights and KV caches, for the ops that read a storage dtype (`reads_dtype`).
+BF16_CASES = {
+    f"{name}-bf16": CASES[name].replace(weight_dtype="bfloat16", kv_dtype="bfloat16") for name in ("0.8b-B1", "4b-B3")
+}
+
+
+def reads_dtype(op, cfg: DecodeConfig) -> bool:
+    """`op`'s PrimFunc reads a storage dtype of the config (its workload key names one)."""
+    return bool(set(op.sizes(cfg)) & set(DTYPE_FIELDS))
 
 
 class OnCuda(np.ndarray):
@@ -67,6 +79,33 @@ def check_kernel_against_reference(op, cfg, kernel, rng) -> None:
     """`gdn_tvm.verify.check_kernel` as an assertion: every output and state matches the float64 reference."""
     failed = check_kernel(op, cfg, kernel, rng)
     assert not failed, "; ".join(failed)
+
+
+def rounding_edges(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """float32 values at bf16's rounding edges: their 16 bits below a bf16 exactly half a bf16 ulp (ties, both
+    parities of the bf16 below), one float32 ulp either side of that, or zero; some past bf16's largest finite value
+    (they round to inf) and some subnormal."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    bits = x.view(np.uint32)
+    bits[...] = bits & 0xFFFF0000 | rng.choice(np.array([0x8000, 0x7FFF, 0x8001, 0], np.uint32), shape)
+    flat = x.reshape(-1)
+    flat[:8] = [3.3961e38, -3.3961e38, 3.3895e38, 1e-39, -1e-40, 0.0, -0.0, 1.0 + 2.0**-8]
+    return x
+
+
+def assert_kv_rows_round_to_nearest_even(kernel, cfg: DecodeConfig, rng: np.random.Generator) -> None:
+    """`kernel` (kv_row_scatter at `cfg`, bf16 caches) stores rows of `rounding_edges` as numpy (ml_dtypes) rounds
+    them to the nearest even bf16, bit for bit, and leaves every other row as it was."""
+    args = visible(OPS["kv_row_scatter"].signature(cfg))
+    values = {a.name: rounding_edges(a.shape, rng) if a.name in ("k", "v") else sample(a, rng) for a in args}
+    tensors = {k: tvm.runtime.tensor(v, tvm.device(*kernel.device)) for k, v in values.items()}
+    kernel(**tensors)
+    lanes = values["slots"] >= 0
+    for name in ("k", "v"):
+        expect = values[f"{name}_cache"].copy()
+        expect[values["slots"][lanes], values["positions"][lanes]] = values[name][lanes].astype(ml_dtypes.bfloat16)
+        got = tensors[f"{name}_cache"].numpy()
+        assert np.array_equal(got.view(np.uint16), expect.view(np.uint16)), f"{name}_cache: not rounded to nearest even"
 
 
 REPO = Path(__file__).resolve().parents[1]

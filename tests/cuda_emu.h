@@ -12,6 +12,10 @@
 //
 // Not modelled: concurrent blocks (no inter-block races), uninitialised shared memory (it holds the last block's
 // values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`).
+//
+// bf16 (`cuda_bf16.h`, included after this file, is this file again): `nv_bfloat16` holds the bits, converts from
+// float rounding to the nearest even (NaN to 0x7fff, as `cvt.rn.bf16.f32` does) and to float exactly; the vector
+// types TVM's codegen moves 8 and 16 bytes of them in (`uint2`, `uint4`) and 32 bytes of floats in (`ulonglong4`).
 #pragma once
 
 #include <ucontext.h>
@@ -23,7 +27,9 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
+#define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 #define __shared__ static
 // `__shared__ alignas(64) float x[n]` becomes `static alignas(64) ...`, where C++ allows no standard attribute;
@@ -40,6 +46,50 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(16) int4 {  // a vector of indices, where TVM gathers float4s it cannot prove contiguous
+  int x, y, z, w;
+};
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+struct alignas(16) ulonglong4 {  // 16-byte aligned in CUDA too (`ulonglong4_32a` is the 32-byte one)
+  unsigned long long x, y, z, w;
+};
+
+struct nv_bfloat16 {
+  unsigned short bits;
+  nv_bfloat16() = default;
+  nv_bfloat16(float f) {  // NOLINT: implicit, as CUDA's
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    bits = (u & 0x7fffffffu) > 0x7f800000u ? 0x7fff : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  }
+  operator float() const {  // NOLINT: implicit, as CUDA's
+    uint32_t u = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+struct alignas(4) nv_bfloat162 {
+  nv_bfloat16 x, y;
+  nv_bfloat162() = default;
+  nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y) : x(x), y(y) {}
+};
+using __nv_bfloat16 = nv_bfloat16;
+using __nv_bfloat162 = nv_bfloat162;
+inline nv_bfloat16 __float2bfloat16(float f) { return nv_bfloat16(f); }
+inline nv_bfloat16 __float2bfloat16_rn(float f) { return nv_bfloat16(f); }
+inline float __bfloat162float(nv_bfloat16 h) { return float(h); }
+inline bool __hgt(nv_bfloat16 a, nv_bfloat16 b) { return float(a) > float(b); }
+inline bool __hlt(nv_bfloat16 a, nv_bfloat16 b) { return float(a) < float(b); }
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline int max(int a, int b) { return a > b ? a : b; }

@@ -176,6 +176,7 @@ def _library(source: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
         CACHE.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
             (Path(tmp) / "cuda.h").write_text(shim)
+            (Path(tmp) / "cuda_bf16.h").write_text("#include <cuda.h>\n")  # the shim holds bf16 too
             (Path(tmp) / "kernel.cc").write_text(source)
             built = subprocess.run(
                 [*CXX, "-I", tmp, "-o", f"{tmp}/kernel.so", f"{tmp}/kernel.cc"], capture_output=True, text=True

@@ -47,13 +47,13 @@ def test_benchmark_checks_a_baseline_against_the_reference_before_timing_it(name
     expect = run.expected(op, CFG, values)
     step = run.TorchStep(op, CFG, run.clone(values))
     step()
-    err, why = run.check(op, step.outputs(), expect)
+    err, why = run.check(op, CFG, step.outputs(), expect)
     assert why is None and err <= (0 if op.exact else TOL_OP)
     outputs = step.outputs()
     name_out = next(iter(expect))
     outputs[name_out] = outputs[name_out].clone()
     outputs[name_out].view(-1)[rng.integers(outputs[name_out].numel())] += 1.0
-    err, why = run.check(op, outputs, expect)
+    err, why = run.check(op, CFG, outputs, expect)
     assert why is not None and why.startswith(f"{name_out}: ") and err > 0
 
 

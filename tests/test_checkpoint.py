@@ -16,7 +16,7 @@ from test_layers import assert_decodes_like_reference
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
-from gdn_tvm.plan import WEIGHTS, step_ops
+from gdn_tvm.plan import WEIGHTS, step_ops, stored_dtype
 from gdn_tvm.runtime.checkpoint import CheckpointError, load_checkpoint, model_config
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
@@ -144,12 +144,15 @@ def expected_weights(raw: dict, prefix: str, fused: bool) -> list[dict]:
     return layers
 
 
+@pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(
     "prefix, fused", [("model.language_model.layers.", False), ("model.layers.", False), ("model.layers.", True)]
 )
-def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused):
+def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused, weight_dtype):
+    """A bf16 checkpoint: float32 weights for a float32 stack; for a bf16 one, the stored bf16 values as they are
+    (converted ones, `1 + w` and A, computed in float32 and rounded once; A and dt_bias stay float32)."""
     raw = write_checkpoint(tmp_path, rng, fused=fused, prefix=prefix, dtype=ml_dtypes.bfloat16)
-    loaded = load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path, weight_dtype)
     m, layers = loaded.model, loaded.layers
     assert (m.hidden, m.n_k_heads, m.n_v_heads, m.n_q_heads, m.n_kv_heads, m.rope_theta) == (64, 2, 4, 2, 1, 5e6)
     assert m.layer_types == ("gdn", "gdn", "gdn", "attention") and m.name == tmp_path.name
@@ -157,7 +160,15 @@ def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused):
         assert {k: v.shape for k, v in got.items()} == WEIGHTS[kind](m)
         assert sorted(got) == sorted(want)
         for name, value in got.items():
-            assert value.dtype == np.float32 and np.array_equal(value, want[name]), f"{kind} {name}"
+            dtype = stored_dtype(name, weight_dtype)
+            assert value.dtype == dtype and np.array_equal(value, want[name].astype(dtype)), f"{kind} {name}"
+            assert value.flags.c_contiguous, f"{kind} {name}"
+
+
+def test_a_weight_dtype_outside_the_table_is_refused_by_name(tmp_path, rng):
+    write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
+    with pytest.raises(ArgumentError, match="weight_dtype: expected one of"):
+        load_checkpoint(tmp_path, "float16")
 
 
 @pytest.mark.parametrize("nested", [False, True])
@@ -196,11 +207,12 @@ def test_missing_and_misshaped_tensors_are_named(tmp_path, rng):
         load_checkpoint(tmp_path)
 
 
-def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng, dtype):
     """The loader's output drives the executor: 4 steps of the checkpoint's 4 layers on llvm vs the reference."""
-    write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
-    loaded = load_checkpoint(tmp_path)
-    cfg = DecodeConfig(loaded.model, batch=1, max_len=16, split_len=8)
+    write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.", dtype=ml_dtypes.bfloat16)
+    loaded = load_checkpoint(tmp_path, dtype)
+    cfg = DecodeConfig(loaded.model, batch=1, max_len=16, split_len=8, weight_dtype=dtype, kv_dtype=dtype)
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), weights=loaded.layers)
     assert_decodes_like_reference(stack, rng, steps=4)
 

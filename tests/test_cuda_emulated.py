@@ -10,7 +10,16 @@ import shutil
 import numpy as np
 import pytest
 import tvm
-from conftest import CASES, COMMITTED_CUDA_LOGS, REPO, TUNED, check_kernel_against_reference
+from conftest import (
+    BF16_CASES,
+    CASES,
+    COMMITTED_CUDA_LOGS,
+    REPO,
+    TUNED,
+    assert_kv_rows_round_to_nearest_even,
+    check_kernel_against_reference,
+    reads_dtype,
+)
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
 from gdn_tvm.export.artifact import schedule_ops
@@ -20,21 +29,29 @@ from gdn_tvm.verify import check_kernel
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on PATH (it builds the emulated kernels)")
 
-# Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), and the ops whose reference takes
-# the head mapping at the tiled one too.
+# Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), the ops whose reference takes
+# the head mapping at the tiled one too, and the ops that read a storage dtype at the bf16 cases.
 EMULATED = [(name, case) for case in ("0.8b-B1", "4b-B3") for name in OPS] + [
     (name, "4b-B1-tiled") for name, op in OPS.items() if "head_mapping" in op.ref_params
 ]
+EMULATED += [(name, case) for case in BF16_CASES for name, op in OPS.items() if reads_dtype(op, BF16_CASES[case])]
 
 
 @pytest.mark.parametrize(("name", "case"), EMULATED)
 def test_cuda_kernel_matches_reference(name, case, rng):
-    op, cfg = OPS[name], CASES[case]
+    op, cfg = OPS[name], (CASES | BF16_CASES)[case]
     try:
         kernel = emulated(op, cfg, *lower(op.schedule(cfg, "cuda").mod))
     except NotEmulated as why:
         pytest.skip(f"{name}: not emulated: {why}")
     check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+def test_bf16_kv_rows_round_to_nearest_even(rng):
+    """The CUDA scatter's conversions (`(nv_bfloat16)` of a float: `cvt.rn.bf16.f32`, the shim's bit arithmetic)
+    round ties to even, overflow to inf and keep subnormals as numpy does."""
+    op, cfg = OPS["kv_row_scatter"], BF16_CASES["4b-B3-bf16"]
+    assert_kv_rows_round_to_nearest_even(emulated(op, cfg, *lower(op.schedule(cfg, "cuda").mod)), cfg, rng)
 
 
 @pytest.mark.parametrize("case", ["0.8b-B1", "4b-B1-32k"])  # the B=32 shapes pass too, in 2 and 4 minutes more

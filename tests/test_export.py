@@ -19,6 +19,7 @@ from test_layers import assert_decodes_like_reference, assert_preset_stack_decod
 from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.export import artifact
+from gdn_tvm.export.__main__ import main as build_main
 from gdn_tvm.export.artifact import build, dlight_ops, schedule_ops
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
@@ -45,6 +46,23 @@ def can_export_cuda() -> bool:
 needs_cuda_export = pytest.mark.skipif(
     not can_export_cuda(), reason="no gcc (for the stub driver) or no CUDA headers (for NVRTC)"
 )
+
+
+def test_dtype_options_build_a_bf16_module_under_its_own_name(tmp_path, rng):
+    """`make build --weight-dtype bfloat16 --kv-dtype bfloat16`: a build folder named by its dtypes whose kernels take
+    bf16 weights and caches and match the references; the float32 configuration finds no build there."""
+    cfg = CFG.replace(weight_dtype="bfloat16", kv_dtype="bfloat16")
+    names = ["kv_row_scatter", "gemv_in_proj_b"]
+    argv = ["--target", "llvm", "--max-len", "64", "--weight-dtype", "bfloat16", "--kv-dtype", "bfloat16"]
+    argv += ["--ops", ",".join(names), "--allow-hand", "--work-dir", str(tmp_path / "logs"), "--out", str(tmp_path)]
+    assert build_main(argv) == 0
+    assert (tmp_path / "llvm" / "qwen3.5-0.8b-B1-S1-L64-sl128-grouped-wbf16-kvbf16" / "manifest.json").is_file()
+    kernels = load(tmp_path, cfg, "llvm")
+    for name in names:
+        assert {a.dtype for a in kernels[name].signature} >= {"bfloat16"}
+        check_kernel_against_reference(OPS[name], cfg, kernels[name], rng)
+    with pytest.raises(ManifestError, match="no manifest.json"):
+        load(tmp_path, CFG, "llvm")
 
 
 def test_missing_record_is_an_error_naming_each_workload(tmp_path):
@@ -84,6 +102,9 @@ def sigmoid_build(tmp_path) -> Path:
         ("max_len", 128, {"max_len": 128}),
         ("name", "qwen3.5-4b", {"name": "qwen3.5-4b"}),
         ("head_mapping", "tiled", {"head_mapping": "tiled"}),
+        ("weight_dtype", "bfloat16", {"weight_dtype": "bfloat16"}),
+        ("kv_dtype", "bfloat16", {"kv_dtype": "bfloat16"}),
+        ("state_dtype", "bfloat16", {"state_dtype": "bfloat16"}),
         ("target", "cuda", {}),
     ],
 )

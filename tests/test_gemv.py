@@ -54,6 +54,16 @@ def test_cuda_knobs_codegen(case):
             assert b".target sm_90" in nvcc.compile_cuda(src, target_format="ptx", compiler="nvcc")
 
 
+@pytest.mark.parametrize("case", KNOBS)
+def test_bf16_weights_load_16_bytes_and_compute_in_float4s(case):
+    """bf16 weights: 8 a load (`uint4`), widened in registers; x still moves in float4s (TVM prints float32x8
+    arithmetic as a `make_ulonglong4` of 8 floats, which nvcc rejects)."""
+    proj, batch, knobs, _ = KNOBS[case]
+    src = cuda_source(f"gemv_{proj}", _cfg(batch).replace(weight_dtype="bfloat16"), **knobs)
+    assert re.search(r"\*\(uint4\*\)\(w_ptr \+", src), "w is not read with 16-byte loads"
+    assert "make_ulonglong4" not in src and "ulonglong4" not in src
+
+
 @pytest.mark.parametrize(
     "proj, batch, layout",
     [

@@ -150,6 +150,6 @@ def test_fla_baseline_computes_the_op(name, v_first, rng):
     values = run.inputs(op, cfg, rng)
     step = fla_ops.FlaStep(cfg, run.clone(values), fused=bool(op.flags.get("fused")), v_first=v_first)
     step()
-    err, why = run.check(op, step.outputs(), run.expected(op, cfg, values))
+    err, why = run.check(op, cfg, step.outputs(), run.expected(op, cfg, values))
     assert why is None, f"{name} v_first={v_first}: {why}"
     assert err > 0, "fla's float32 result is not bit-identical to a float64 reference: the check read something else"

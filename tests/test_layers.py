@@ -1,5 +1,6 @@
-"""64 decode steps of each layer mixer and of a small hybrid stack, composed from the kernels (llvm),
-against the float64 whole-step reference with states carried; rejected steps change no state."""
+"""64 decode steps of each layer mixer and of a small hybrid stack, composed from the kernels (llvm), in float32 and
+with bf16 weights and KV caches, against the float64 whole-step reference with states carried; rejected steps change
+no state."""
 
 from __future__ import annotations
 
@@ -8,35 +9,40 @@ import threading
 import numpy as np
 import pytest
 import tvm
-from conftest import CASES, OnCuda, assert_close
+from conftest import BF16_CASES, CASES, OnCuda, assert_close
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
-from gdn_tvm.plan import step_ops
+from gdn_tvm.plan import step_ops, stored_dtype
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import random_weights, unstack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
-from gdn_tvm.verify import TOL_LAYER
+from gdn_tvm.verify import tolerance
 
 STEPS = 64
-LAYER_CASES = {"0.8b-B1": CASES["0.8b-B1"], "4b-B3": CASES["4b-B3"]}
+LAYER_CASES = {"0.8b-B1": CASES["0.8b-B1"], "4b-B3": CASES["4b-B3"], **BF16_CASES}
 _KERNELS: dict[str, dict] = {}
 
 
-def make_stack(case: str, layer_types: tuple[str, ...], seed: int) -> HybridStack:
-    cfg = LAYER_CASES[case]
+def _kernels(case: str) -> dict:
+    """The llvm kernels of a step at `LAYER_CASES[case]`, built once."""
     if case not in _KERNELS:
+        cfg = LAYER_CASES[case]
         _KERNELS[case] = build_kernels(cfg, llvm(), step_ops(cfg))
-    return HybridStack(cfg, _KERNELS[case], tvm.cpu(), layer_types=layer_types, seed=seed)
+    return _KERNELS[case]
+
+
+def make_stack(case: str, layer_types: tuple[str, ...], seed: int) -> HybridStack:
+    return HybridStack(LAYER_CASES[case], _kernels(case), tvm.cpu(), layer_types=layer_types, seed=seed)
 
 
 class ReferenceStack:
     """The same layers stepped by reference/decode_step.py, states as float64 numpy pools."""
 
     def __init__(self, stack: HybridStack):
-        self.m, self.types = stack.cfg.model, stack.layer_types
+        self.m, self.types, self.kv_dtype = stack.cfg.model, stack.layer_types, stack.cfg.kv_dtype
         host = [{k: v.numpy().astype(np.float64) for k, v in layer.weights.items()} for layer in stack.layers]
         self.weights = [unstack(self.m, w) for w in host]  # by checkpoint names, stacked projections split
         self.states = [[t.numpy().astype(np.float64) for t in layer.states] for layer in stack.layers]
@@ -46,19 +52,22 @@ class ReferenceStack:
             if kind == "gdn":
                 x = gdn_mixer_step(self.m, w, x, st[0], st[1], slots)
             else:
-                x = attention_mixer_step(self.m, w, x, st[0], st[1], slots, positions)
+                x = attention_mixer_step(self.m, w, x, st[0], st[1], slots, positions, self.kv_dtype)
             x = np.nan_to_num(x)  # skipped lanes feed zeros on; their outputs are not compared
         return x
 
 
 def assert_decodes_like_reference(stack: HybridStack, rng: np.random.Generator, steps: int) -> None:
-    """One acquired slot decoded for `steps` positions from 0, each output within 1e-3 of the reference stack."""
+    """One acquired slot decoded for `steps` positions from 0, each output within the layer tolerance of the stack's
+    dtypes (1e-3 in float32) of the reference stack."""
+    cfg = stack.cfg
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
     ref = ReferenceStack(stack)
     slots = np.array([stack.acquire()], np.int32)
     for t in range(steps):
         x = rng.standard_normal((1, stack.cfg.model.hidden)).astype(np.float32)
         out = stack.step(x, [t], slots).numpy()
-        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), TOL_LAYER, f"step {t}")
+        assert_close(out, ref.step(x.astype(np.float64), np.array([t]), slots), tol, f"step {t}")
 
 
 def assert_preset_stack_decodes(cfg, kernels, device, rng: np.random.Generator, graph: bool) -> None:
@@ -67,7 +76,7 @@ def assert_preset_stack_decodes(cfg, kernels, device, rng: np.random.Generator, 
 
     Its deep outputs are not compared with the reference: mixers with random weights and without the model's
     residual path shrink the signal quadratically from layer to layer (below float32's range within ten layers).
-    One period of the pattern on the same kernels is: four steps within 1e-3 of the float64 reference."""
+    One period of the pattern on the same kernels is: four steps within the layer tolerance of the float64 reference."""
     name = cfg.model.name
     slots, start = lanes(cfg, rng)
     # one draw a kind, shared by its layers: drawing a 27b stack's 25 GB of weights took minutes of the GPU run
@@ -92,12 +101,13 @@ def assert_preset_stack_decodes(cfg, kernels, device, rng: np.random.Generator, 
                 assert np.array_equal(state.numpy(), value), f"{name} step {t}: {layer.kind} state differs"
 
     period = cfg.model.layer_types[: cfg.model.full_attention_interval]
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
     stack = HybridStack(cfg, kernels, device, layer_types=period, seed=int(rng.integers(2**31)))
     ref = ReferenceStack(stack)
     for t in range(4):
         x = rng.standard_normal((cfg.batch, cfg.model.hidden)).astype(np.float32)
         out = stack.step(x, start + t, slots).numpy()
-        assert_close(out, ref.step(x.astype(np.float64), start + t, slots), TOL_LAYER, f"{name} step {t}")
+        assert_close(out, ref.step(x.astype(np.float64), start + t, slots), tol, f"{name} step {t}")
 
 
 def lanes(cfg, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -114,6 +124,7 @@ def lanes(cfg, rng) -> tuple[np.ndarray, np.ndarray]:
 def test_decode_steps_match_reference(case, types, rng):
     stack = make_stack(case, types, seed=int(rng.integers(2**31)))
     cfg = stack.cfg
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
     ref = ReferenceStack(stack)
     slots, start = lanes(cfg, rng)
     active = slots >= 0
@@ -123,10 +134,10 @@ def test_decode_steps_match_reference(case, types, rng):
         positions = start + t
         out = stack.step(x, positions, slots).numpy()
         expect = ref.step(x.astype(np.float64), positions, slots)
-        assert_close(out[active], expect[active], TOL_LAYER, f"{'-'.join(types)} step {t} out")
+        assert_close(out[active], expect[active], tol, f"{'-'.join(types)} step {t} out")
     for layer, ref_states in zip(stack.layers, ref.states, strict=True):
         for state, expect in zip(layer.states, ref_states, strict=True):
-            assert_close(state.numpy(), expect, TOL_LAYER, f"{layer.kind} state after {STEPS} steps")
+            assert_close(state.numpy(), expect, tol, f"{layer.kind} state after {STEPS} steps")
 
 
 BAD_STEPS = {
@@ -238,6 +249,37 @@ def test_steps_from_two_threads_match_the_same_steps_in_turn(rng):
     for slot in (0, 1):
         lane(in_turn, slot)
     assert_states_equal(together, states(in_turn))
+
+
+def test_float32_weights_of_a_bf16_stack_are_rounded_once_to_nearest_even(rng):
+    """Float32 weights given to a bf16 stack become its bf16 weights as numpy rounds them (the stacked projection's
+    parts too); the gates' A and dt_bias stay float32."""
+    cfg = BF16_CASES["0.8b-B1-bf16"]
+    w = random_weights(cfg.model, "gdn", rng)
+    (layer,) = HybridStack(cfg, _kernels("0.8b-B1-bf16"), tvm.cpu(), layer_types=("gdn",), weights=[w]).layers
+    got = unstack(cfg.model, {k: v.numpy() for k, v in layer.weights.items()})
+    for name, value in w.items():
+        dtype = stored_dtype(name, "bfloat16")
+        assert got[name].dtype == dtype and np.array_equal(got[name], value.astype(dtype)), name
+    assert {str(layer.weights[n].dtype) for n in ("in_proj", "conv1d", "norm", "A")} == {"bfloat16", "float32"}
+
+
+@pytest.mark.parametrize(("name", "dtype"), [("out_proj", np.float64), ("norm", np.float16), ("A", "bfloat16")])
+def test_weight_of_another_dtype_is_rejected_by_name(name, dtype):
+    """A weight in neither its stored dtype nor float32 (A stays float32 in a bf16 stack) is refused, naming it."""
+    cfg = BF16_CASES["0.8b-B1-bf16"]
+    w = random_weights(cfg.model, "gdn", np.random.default_rng(0))
+    w[name] = w[name].astype(dtype)
+    with pytest.raises(ArgumentError, match=f"weight {name}: expected"):
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
+
+
+def test_a_bf16_recurrent_state_is_refused_until_the_delta_rule_reads_one():
+    """`state_dtype` bf16 allocates the recurrent state in bf16, which the delta rule's float32 signature refuses at
+    bind, naming the argument."""
+    cfg = LAYER_CASES["0.8b-B1"].replace(state_dtype="bfloat16")
+    with pytest.raises(ArgumentError, match="delta_rule_fused: state: expected dtype float32, got bfloat16"):
+        HybridStack(cfg, _kernels("0.8b-B1"), tvm.cpu(), layer_types=("gdn",))
 
 
 def test_nan_weight_is_rejected_by_name():

@@ -182,7 +182,7 @@ def expect_error(got: dict | ManifestError, *names: str) -> None:
 MALFORMED = [
     ((), [], "manifest: expected a JSON object"),
     ((), None, "manifest: expected a JSON object"),
-    (("format",), 2, "format: expected 3"),
+    (("format",), 3, "format: expected 4"),
     (("library",), DELETE, "library: expected a file name in the build folder, got nothing"),
     (("library",), 7, "library: expected a file name"),
     (("library",), "../x.so", "library: expected a file name"),

@@ -24,7 +24,7 @@ CHANGES = [
     {"head_v_dim": 64}, {"head_dim": 128}, {"conv_kernel": 3}, {"partial_rotary_factor": 0.5}, {"rope_theta": 1e6},
     {"rms_norm_eps": 1e-5}, {"l2_norm_eps": 1e-5}, {"head_mapping": "tiled"}, {"n_layers": 8},
     {"full_attention_interval": 2}, {"name": "u"}, {"vocab_size": 1000}, {"intermediate_size": 512},
-    {"tie_word_embeddings": True},
+    {"tie_word_embeddings": True}, {"weight_dtype": "bfloat16"}, {"kv_dtype": "bfloat16"}, {"state_dtype": "bfloat16"},
 ]  # fmt: skip
 
 
@@ -49,3 +49,20 @@ def test_builds_are_named_by_the_same_function():
     )
     assert naming.build(BASE, "llvm") == "llvm/t-B2-S3-L64-sl16-grouped"
     assert OPS["gemv_in_proj_z"].workload_key(BASE, "cuda") == "cuda/gemv-f32-B2-N128-K256"
+
+
+def test_dtypes_are_named_only_where_not_float32():
+    """All-float32 names hold no dtype field (the committed logs keep their names); each other dtype is named by its
+    field and short name, in builds and in the workloads that read it."""
+    bf16 = BASE.replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
+    assert naming.build(bf16, "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-wbf16-kvbf16-stbf16"
+    assert naming.build(BASE.replace(kv_dtype="bfloat16"), "cuda") == "cuda/t-B2-S3-L64-sl16-grouped-kvbf16"
+    assert OPS["gemv_in_proj_z"].workload_key(bf16, "cuda") == "cuda/gemv-f32-B2-N128-K256-wbf16"
+    assert OPS["kv_row_scatter"].workload_key(bf16, "cuda") == "cuda/kv_row_scatter-f32-B2-S3-L64-Hkv2-D64-kvbf16"
+    assert OPS["sigmoid_gate"].workload_key(bf16, "cuda") == OPS["sigmoid_gate"].workload_key(BASE, "cuda")
+
+
+@pytest.mark.parametrize("field", ["weight_dtype", "kv_dtype", "state_dtype"])
+def test_a_dtype_outside_the_table_is_refused_by_field_name(field):
+    with pytest.raises(ValueError, match=f"{field} must be one of"):
+        BASE.replace(**{field: "float16"})

@@ -1,10 +1,18 @@
-"""Every registry op against its float64 reference on llvm, for every test case."""
+"""Every registry op against its float64 reference on llvm, for every test case, and in bf16 where it reads a
+storage dtype."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import CASES, OnCuda, check_op_against_reference
+from conftest import (
+    BF16_CASES,
+    CASES,
+    OnCuda,
+    assert_kv_rows_round_to_nearest_even,
+    check_op_against_reference,
+    reads_dtype,
+)
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.reference.activations import sigmoid, silu, softplus
@@ -18,6 +26,28 @@ from gdn_tvm.verify import TOL_OP, mismatch
 @pytest.mark.parametrize("name", OPS)
 def test_op_matches_reference(name, case, rng):
     check_op_against_reference(OPS[name], CASES[case], llvm(), rng)
+
+
+@pytest.mark.parametrize(
+    ("name", "case"), [(n, c) for c in BF16_CASES for n, op in OPS.items() if reads_dtype(op, BF16_CASES[c])]
+)
+def test_bf16_op_matches_reference(name, case, rng):
+    """bf16 weights and caches in, float32 math: within `verify.TOLERANCES["bfloat16"]` of the reference, which
+    rounds where the kernel stores (the KV scatter: bit for bit)."""
+    check_op_against_reference(OPS[name], BF16_CASES[case], llvm(), rng)
+
+
+def test_bf16_kv_rows_round_to_nearest_even(rng):
+    cfg = BF16_CASES["4b-B3-bf16"]
+    assert_kv_rows_round_to_nearest_even(compile_op(OPS["kv_row_scatter"], cfg, llvm()), cfg, rng)
+
+
+def test_bf16_op_cases_cover_every_dtype_reader():
+    """Every op whose PrimFunc reads a storage dtype is in the bf16 cases, and those read only weights or KV."""
+    cfg = BF16_CASES["0.8b-B1-bf16"]
+    readers = {n for n, op in OPS.items() if reads_dtype(op, cfg)}
+    assert readers == {n for n, op in OPS.items() if any(a.dtype == "bfloat16" for a in op.signature(cfg))}
+    assert {"kv_row_scatter", "decode_attention", "per_head_rmsnorm", "gemv_out_proj_norm"} <= readers
 
 
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if any(p.endswith("_eps") for p in op.ref_params)])

@@ -9,15 +9,17 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.common import widened
 from gdn_tvm.signature import Arg
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """x: [B, C]; weight: [C, Kc]; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1 skips a lane) -> y: [B, C]."""
+    """x: [B, C]; weight: [C, Kc] weight_dtype; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1 skips a lane)
+    -> y: [B, C]; float32 but the weight."""
     B, S, C, K = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
     return [
         Arg("x", (B, C)),
-        Arg("weight", (C, K), role="weight"),
+        Arg("weight", (C, K), cfg.weight_dtype, role="weight"),
         Arg("state", (S, C, K - 1), role="state"),
         Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
         Arg("y", (B, C), role="out"),
@@ -30,11 +32,12 @@ def make_causal_conv1d_silu(cfg: DecodeConfig):
     shifted left, x appended, into a scratch row) and "store" (scratch -> state_out). Lanes with slot -1
     write nothing (their state reads go to slot 0 and are discarded)."""
     B, S, C, K = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
+    W = cfg.weight_dtype
 
     @T.prim_func(s_tir=True)
     def causal_conv1d_silu(
         x: T.Buffer((B, C), "float32"),
-        weight: T.Buffer((C, K), "float32"),
+        weight: T.Buffer((C, K), W),
         state: T.Buffer((S, C, K - 1), "float32"),
         slots: T.Buffer((B,), "int32"),
         y: T.Buffer((B, C), "float32"),
@@ -73,12 +76,12 @@ def silu(v):
 
 def newest_tap(x, weight, c, taps: int):
     """`x * weight[c, -1]`: the new input's term of the window dot product (the last tap): a TIR expression."""
-    return x * weight[c, taps - 1]
+    return x * widened(weight[c, taps - 1])
 
 
 def window_tap(state, weight, slot, c, j):
     """`state[slot, c, j] * weight[c, j]`: the term of stored input `j` (oldest first): a TIR expression."""
-    return state[slot, c, j] * weight[c, j]
+    return state[slot, c, j] * widened(weight[c, j])
 
 
 def window_dot(x, state, weight, slot, c, taps: int):

@@ -9,6 +9,18 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 
+def widened(value):
+    """A load of a stored tensor as float32: itself where stored in float32 (the PrimFunc unchanged), else converted
+    exactly (bf16 storage, float32 math): a TIR expression."""
+    dtype = value.dtype if hasattr(value, "dtype") else value.ty  # a load made by a helper, outside the parser: `ty`
+    return value if str(dtype) == "float32" else T.Cast("float32", value)
+
+
+def narrowed(value, dtype: str):
+    """A float32 `value` as stored in `dtype`: itself, or rounded to the nearest even bf16: a TIR expression."""
+    return value if dtype == "float32" else T.Cast(dtype, value)
+
+
 def sum_of_squares(name: str, extents: tuple[int, ...], x, out) -> None:
     """Block `name` over `extents`, the last reduced: `out[i...] = sum_k x(i..., k)^2`, with `x` an element
     accessor (e.g. `lambda b, h, d: qkv[b, h * D + d]`) and `out` of shape `extents[:-1]`."""

@@ -2,7 +2,7 @@
 
 Query head `h` reads kv head `h // G` (`G = Hq // Hkv`); lane `b` attends to rows `t < positions[b] + 1` of cache
 slot `slots[b]` (both read on the device); `slots[b] == -1` skips the lane (no output written). Scores are
-`q . k_t / sqrt(D)`.
+`q . k_t / sqrt(D)`. The caches are stored in `kv_dtype` and read as float32.
 
 Variants (flag `split`):
   unsplit  (default) one pass over the sequence in chunks of `split_len` rows with an online softmax -> `out`.
@@ -30,18 +30,20 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.common import widened
 from gdn_tvm.signature import Arg
 
 TILE_MAX = 64
 
 
 def signature(cfg: DecodeConfig, split: bool = False) -> list[Arg]:
-    """unsplit: q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D], slots [B], positions [B] -> out [B, Hq, D].
+    """unsplit: q [B, Hq, D], k_cache/v_cache [S, L, Hkv, D] kv_dtype, slots [B], positions [B] -> out [B, Hq, D].
     split: q, k_cache, v_cache, slots, positions -> m, l [B, Hq, n_splits], acc [B, Hq, n_splits, D]."""
     m = cfg.model
     B, Hq, D = cfg.batch, m.n_q_heads, m.head_dim
     cache = (cfg.slots, cfg.max_len, m.n_kv_heads, D)
-    inputs = [Arg("q", (B, Hq, D)), Arg("k_cache", cache), Arg("v_cache", cache), *lane_args(cfg)]
+    caches = [Arg(name, cache, cfg.kv_dtype) for name in ("k_cache", "v_cache")]
+    inputs = [Arg("q", (B, Hq, D)), *caches, *lane_args(cfg)]
     if split:
         return inputs + [Arg(p.name, p.shape, role="out") for p in partials(cfg)]
     return [*inputs, Arg("out", (B, Hq, D), role="out")]
@@ -114,8 +116,8 @@ def _chunk(cfg: DecodeConfig, split: bool):
                 vj = T.axis.spatial(NS, j)
                 with T.init():
                     score[b, kh * G + vg, vj, vt] = T.float32(0)
-                score[b, kh * G + vg, vj, vt] = (
-                    score[b, kh * G + vg, vj, vt] + q[b, kh * G + vg, vd] * k_cache[slots[b], vj * SL + vt, kh, vd]
+                score[b, kh * G + vg, vj, vt] = score[b, kh * G + vg, vj, vt] + q[b, kh * G + vg, vd] * widened(
+                    k_cache[slots[b], vj * SL + vt, kh, vd]
                 )
         for g, t in T.grid(G, padded(n)):
             with T.sblock("chunk_max"):
@@ -152,9 +154,8 @@ def _chunk(cfg: DecodeConfig, split: bool):
                 vj = T.axis.spatial(NS, j)
                 with T.init():
                     acc[b, kh * G + vg, vj, vd] = T.float32(0)
-                acc[b, kh * G + vg, vj, vd] = (
-                    acc[b, kh * G + vg, vj, vd]
-                    + prob[b, kh * G + vg, vj, vt] * v_cache[slots[b], vj * SL + T.min(vt, n - 1), kh, vd]
+                acc[b, kh * G + vg, vj, vd] = acc[b, kh * G + vg, vj, vd] + prob[b, kh * G + vg, vj, vt] * widened(
+                    v_cache[slots[b], vj * SL + T.min(vt, n - 1), kh, vd]
                 )
 
     return chunk
@@ -167,8 +168,8 @@ def _split(cfg: DecodeConfig):
     @T.prim_func(s_tir=True)
     def decode_attention_split(
         q: T.Buffer((B, Hq, D), "float32"),
-        k_cache: T.Buffer(_cache_shape(S, L, Hkv, D), "float32"),
-        v_cache: T.Buffer(_cache_shape(S, L, Hkv, D), "float32"),
+        k_cache: T.Buffer(_cache_shape(S, L, Hkv, D), cfg.kv_dtype),
+        v_cache: T.Buffer(_cache_shape(S, L, Hkv, D), cfg.kv_dtype),
         slots: T.Buffer((B,), "int32"),
         positions: T.Buffer((B,), "int32"),
         m: T.Buffer((B, Hq, NS), "float32"),
@@ -193,13 +194,13 @@ def _unsplit(cfg: DecodeConfig):
     B, S, L, Hq, Hkv, D, SL, NC = _sizes(cfg)
     G = Hq // Hkv
     chunk = _chunk(cfg, False)
-    cache, f32 = _cache_shape(S, L, Hkv, D), "float32"
+    cache, f32, KV = _cache_shape(S, L, Hkv, D), "float32", cfg.kv_dtype
 
     @T.prim_func(s_tir=True)
     def decode_attention(
         q: T.Buffer((B, Hq, D), f32),
-        k_cache: T.Buffer(cache, f32),
-        v_cache: T.Buffer(cache, f32),
+        k_cache: T.Buffer(cache, KV),
+        v_cache: T.Buffer(cache, KV),
         slots: T.Buffer((B,), "int32"),
         positions: T.Buffer((B,), "int32"),
         out: T.Buffer((B, Hq, D), f32),

@@ -5,14 +5,15 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import sum_of_squares
+from gdn_tvm.ops.common import sum_of_squares, widened
 from gdn_tvm.signature import Arg
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """o, z: [B, Hv, Dv]; w: [Dv] -> y: [B, Hv, Dv] float32."""
+    """o, z: [B, Hv, Dv] float32; w: [Dv] weight_dtype -> y: [B, Hv, Dv] float32."""
     shape = (cfg.batch, cfg.model.n_v_heads, cfg.model.head_v_dim)
-    return [Arg("o", shape), Arg("z", shape), Arg("w", shape[-1:], role="weight"), Arg("y", shape, role="out")]
+    w = Arg("w", shape[-1:], cfg.weight_dtype, role="weight")
+    return [Arg("o", shape), Arg("z", shape), w, Arg("y", shape, role="out")]
 
 
 def make_gated_rmsnorm(cfg: DecodeConfig):
@@ -24,7 +25,7 @@ def make_gated_rmsnorm(cfg: DecodeConfig):
     def gated_rmsnorm(
         o: T.Buffer((B, H, D), "float32"),
         z: T.Buffer((B, H, D), "float32"),
-        w: T.Buffer((D,), "float32"),
+        w: T.Buffer((D,), cfg.weight_dtype),
         y: T.Buffer((B, H, D), "float32"),
     ):
         T.func_attr({"tirx.noalias": True})
@@ -33,7 +34,7 @@ def make_gated_rmsnorm(cfg: DecodeConfig):
         for b, h, d in T.grid(B, H, D):
             with T.sblock("norm"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
-                y[vb, vh, vd] = gated_norm(o[vb, vh, vd], sumsq[vb, vh], w[vd], z[vb, vh, vd], D, eps)
+                y[vb, vh, vd] = gated_norm(o[vb, vh, vd], sumsq[vb, vh], widened(w[vd]), z[vb, vh, vd], D, eps)
 
     return gated_rmsnorm
 

@@ -13,32 +13,33 @@ from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.ops.causal_conv1d_silu import shifted_window, silu, window_dot
-from gdn_tvm.ops.common import sum_of_squares
+from gdn_tvm.ops.common import sum_of_squares, widened
 from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
 
 def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> list[Arg]:
-    """w: [N, K] float32 (out, in), x: [B, K] float32 -> y: [B, N] float32; (N, K) = projections[proj].
-    Conv: also conv_weight: [C, Kc]; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1: the lane's conv rows
-    are left untouched, the rest written) before y, whose first C rows are `silu(causal_conv1d(...))`.
-    Norm: x is the delta-rule output `o` ([B, Hv*Dv], K = Hv*Dv), also z: [B, Hv*Dv] and norm_weight: [Dv]; y is
-    `gated_rmsnorm(o, z, norm_weight) @ w.T`."""
+    """w: [N, K] weight_dtype (out, in), x: [B, K] float32 -> y: [B, N] float32; (N, K) = projections[proj].
+    Conv: also conv_weight: [C, Kc] weight_dtype; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1: the lane's
+    conv rows are left untouched, the rest written) before y, whose first C rows are `silu(causal_conv1d(...))`.
+    Norm: x is the delta-rule output `o` ([B, Hv*Dv], K = Hv*Dv), also z: [B, Hv*Dv] and norm_weight: [Dv]
+    weight_dtype; y is `gated_rmsnorm(o, z, norm_weight) @ w.T`."""
     n, k = cfg.model.projections[proj]
     B, S, C, Kc = cfg.batch, cfg.slots, cfg.model.conv_dim, cfg.model.conv_kernel
-    head = [Arg("w", (n, k), role="weight"), Arg("x", (B, k))]
+    W = cfg.weight_dtype
+    head = [Arg("w", (n, k), W, role="weight"), Arg("x", (B, k))]
     if norm:
         return [
             *head,
             Arg("z", (B, k)),
-            Arg("norm_weight", (cfg.model.head_v_dim,), role="weight"),
+            Arg("norm_weight", (cfg.model.head_v_dim,), W, role="weight"),
             Arg("y", (B, n), role="out"),
         ]
     if not conv:
         return [*head, Arg("y", (B, n), role="out")]
     return [
         *head,
-        Arg("conv_weight", (C, Kc), role="weight"),
+        Arg("conv_weight", (C, Kc), W, role="weight"),
         Arg("state", (S, C, Kc - 1), role="state"),
         Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
         Arg("y", (B, n), role="out"),
@@ -51,14 +52,14 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
     silu of the window . weight on conv rows, `proj` on the rest) and "store" (the window shifted left, the new
     input appended, into state_out) run per (lane, row); norm: blocks "sumsq" (per lane and head) and "normed"
     (the gated, normalised input) come before it."""
-    B = cfg.batch
+    B, W = cfg.batch, cfg.weight_dtype
     N, K = cfg.model.projections[proj]
     if norm:
         return _gemv_norm(cfg, N, K)
     if not conv:
 
         @T.prim_func(s_tir=True)
-        def gemv(w: T.Buffer((N, K), "float32"), x: T.Buffer((B, K), "float32"), y: T.Buffer((B, N), "float32")):
+        def gemv(w: T.Buffer((N, K), W), x: T.Buffer((B, K), "float32"), y: T.Buffer((B, N), "float32")):
             T.func_attr({"tirx.noalias": True})
             _gemv_rows(w, x, y)
 
@@ -70,9 +71,9 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
 
     @T.prim_func(s_tir=True)
     def gemv_conv(
-        w: T.Buffer((N, K), "float32"),
+        w: T.Buffer((N, K), W),
         x: T.Buffer((B, K), "float32"),
-        conv_weight: T.Buffer((C, Kc), "float32"),
+        conv_weight: T.Buffer((C, Kc), W),
         state: T.Buffer((S, C, Kc - 1), "float32"),
         slots: T.Buffer((B,), "int32"),
         y: T.Buffer((B, N), "float32"),
@@ -99,17 +100,17 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
 
 
 def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
-    B, Dv, eps = cfg.batch, cfg.model.head_v_dim, cfg.model.rms_norm_eps
+    B, Dv, eps, W = cfg.batch, cfg.model.head_v_dim, cfg.model.rms_norm_eps, cfg.weight_dtype
     if K % Dv:
         raise ValueError(f"{K} inputs are not whole heads of {Dv}")
     H = K // Dv
 
     @T.prim_func(s_tir=True)
     def gemv_norm(
-        w: T.Buffer((N, K), "float32"),
+        w: T.Buffer((N, K), W),
         x: T.Buffer((B, K), "float32"),
         z: T.Buffer((B, K), "float32"),
-        norm_weight: T.Buffer((Dv,), "float32"),
+        norm_weight: T.Buffer((Dv,), W),
         y: T.Buffer((B, N), "float32"),
     ):
         T.func_attr({"tirx.noalias": True})
@@ -119,7 +120,9 @@ def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
         for b, k in T.grid(B, K):
             with T.sblock("normed"):
                 vb, vk = T.axis.remap("SS", [b, k])
-                normed[vb, vk] = gated_norm(x[vb, vk], sumsq[vb, vk // Dv], norm_weight[vk % Dv], z[vb, vk], Dv, eps)
+                normed[vb, vk] = gated_norm(
+                    x[vb, vk], sumsq[vb, vk // Dv], widened(norm_weight[vk % Dv]), z[vb, vk], Dv, eps
+                )
         _gemv_rows(w, normed, y)
 
     return gemv_norm
@@ -127,7 +130,8 @@ def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
 
 def _gemv_rows(w, x, y) -> None:
     """Block "gemv", expanded in the calling prim_func body (a fresh macro: see `gdn_tvm.ops.common`):
-    `y[b, n] = sum_k x[b, k] * w[n, k]`; w: [N, K], x: [B, K], y: [B, N] (parameters or scratch buffers)."""
+    `y[b, n] = sum_k x[b, k] * w[n, k]`; w: [N, K] (its stored dtype, read as float32), x: [B, K], y: [B, N]
+    (parameters or scratch buffers)."""
 
     @T.macro
     def block():
@@ -136,6 +140,6 @@ def _gemv_rows(w, x, y) -> None:
                 vb, vn, vk = T.axis.remap("SSR", [b, n, k])
                 with T.init():
                     y[vb, vn] = T.float32(0)
-                y[vb, vn] = y[vb, vn] + x[vb, vk] * w[vn, vk]
+                y[vb, vn] = y[vb, vn] + x[vb, vk] * widened(w[vn, vk])
 
     block()

@@ -11,18 +11,19 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import sum_of_squares
+from gdn_tvm.ops.common import sum_of_squares, widened
 from gdn_tvm.signature import Arg
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """q: [B, Hq, D], k: [B, Hkv, D], q_norm, k_norm: [D] -> q_out: [B, Hq, D], k_out: [B, Hkv, D]; float32."""
+    """q: [B, Hq, D], k: [B, Hkv, D], q_norm, k_norm: [D] -> q_out: [B, Hq, D], k_out: [B, Hkv, D]; float32 but the
+    weights (weight_dtype)."""
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
     return [
         Arg("q", (B, Hq, D)),
         Arg("k", (B, Hkv, D)),
-        Arg("q_norm", (D,), role="weight"),
-        Arg("k_norm", (D,), role="weight"),
+        Arg("q_norm", (D,), cfg.weight_dtype, role="weight"),
+        Arg("k_norm", (D,), cfg.weight_dtype, role="weight"),
         Arg("q_out", (B, Hq, D), role="out"),
         Arg("k_out", (B, Hkv, D), role="out"),
     ]
@@ -30,18 +31,18 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
 
 def make_per_head_rmsnorm(cfg: DecodeConfig):
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
-    H, eps = Hq + Hkv, cfg.model.rms_norm_eps
+    H, eps, W = Hq + Hkv, cfg.model.rms_norm_eps, cfg.weight_dtype
 
     def rms_normalized(x, sumsq, w):
         """`x * rsqrt(sumsq / D + eps) * w`: a TIR expression."""
-        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * w
+        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * widened(w)
 
     @T.prim_func(s_tir=True)
     def per_head_rmsnorm(
         q: T.Buffer((B, Hq, D), "float32"),
         k: T.Buffer((B, Hkv, D), "float32"),
-        q_norm: T.Buffer((D,), "float32"),
-        k_norm: T.Buffer((D,), "float32"),
+        q_norm: T.Buffer((D,), W),
+        k_norm: T.Buffer((D,), W),
         q_out: T.Buffer((B, Hq, D), "float32"),
         k_out: T.Buffer((B, Hkv, D), "float32"),
     ):

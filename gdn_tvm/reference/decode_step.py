@@ -16,6 +16,7 @@ import numpy as np
 
 from gdn_tvm.config import ModelConfig
 from gdn_tvm.reference.activations import sigmoid, silu, softplus
+from gdn_tvm.reference.common import stored
 
 
 def gdn_mixer_step(
@@ -71,8 +72,10 @@ def attention_mixer_step(
     v_cache: np.ndarray,
     slots: np.ndarray,
     positions: np.ndarray,
+    kv_dtype: str = "float32",
 ) -> np.ndarray:
-    """x: [B, hidden] -> [B, hidden] at `positions[b]`; caches [S, L, Hkv, D] written at that row."""
+    """x: [B, hidden] -> [B, hidden] at `positions[b]`; caches [S, L, Hkv, D] written at that row, each value as
+    stored in `kv_dtype`."""
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     out = np.full((x.shape[0], m.hidden), np.nan)
     for b, s in enumerate(slots):
@@ -86,7 +89,7 @@ def attention_mixer_step(
         q = q / np.sqrt((q * q).mean(-1, keepdims=True) + m.rms_norm_eps) * w["q_norm"]
         k = k / np.sqrt((k * k).mean(-1, keepdims=True) + m.rms_norm_eps) * w["k_norm"]
         q, k = _rope(q, pos, m), _rope(k, pos, m)
-        k_cache[s, pos], v_cache[s, pos] = k, v
+        k_cache[s, pos], v_cache[s, pos] = stored(k, kv_dtype), stored(v, kv_dtype)
         attn = np.empty((hq, d))
         for h in range(hq):
             kvh = h // (hq // hkv)

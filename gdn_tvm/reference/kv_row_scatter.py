@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from gdn_tvm.reference.common import stored
+
 
 def kv_row_scatter(
     k: np.ndarray,
@@ -10,9 +12,11 @@ def kv_row_scatter(
     v_cache: np.ndarray,
     slots: np.ndarray,
     positions: np.ndarray,
+    *,
+    kv_dtype: str,
 ) -> None:
-    """k, v: [B, Hkv, D] -> k_cache, v_cache [S, max_len, Hkv, D] row `(slots[b], positions[b])` set in place;
-    lanes with `slots[b] == -1` are skipped."""
+    """k, v: [B, Hkv, D] -> k_cache, v_cache [S, max_len, Hkv, D] row `(slots[b], positions[b])` set in place to the
+    row as stored in `kv_dtype`; lanes with `slots[b] == -1` are skipped."""
     lanes = np.flatnonzero(slots >= 0)
-    k_cache[slots[lanes], positions[lanes]] = k[lanes]
-    v_cache[slots[lanes], positions[lanes]] = v[lanes]
+    k_cache[slots[lanes], positions[lanes]] = stored(k[lanes], kv_dtype)
+    v_cache[slots[lanes], positions[lanes]] = stored(v[lanes], kv_dtype)

@@ -8,13 +8,15 @@ converts: `A = -exp(A_log)`, every RMSNorm weight but the gated one to `1 + w` (
 norm), the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` split into the four
 GDN projections in `[q | k | v]` channel order. A tied LM head is the embedding array itself (no second copy; an
 `lm_head.weight` in the files is then not read, as Hugging Face ties it over). Mixture-of-experts MLPs are not read.
-The head mapping is "grouped".
+The head mapping is "grouped". Each weight is returned in its stored dtype at the requested `weight_dtype`
+(`plan.stored_dtype`): a bf16 tensor stays bf16 for a bf16 stack (no upcast), anything else is rounded once, after
+any conversion, to that dtype.
 
 Everything read is checked, and a checkpoint that fails a check raises `CheckpointError`, whose message starts with
 the file at fault (`config.json`, a `.safetensors` shard, or `<dir>/*.safetensors` for the shards together) and
 names the field or tensor: config fields by type and range, shards by the safetensors library's own validation
 (it refuses a truncated, padded, empty or random file, and a header that is not JSON or whose offsets do not tile
-the data exactly), tensors read by dtype (floating only), shape and value (finite as float32 weights). A tensor in
+the data exactly), tensors read by dtype (floating only), shape and value (finite as stored weights). A tensor in
 two shards is refused. Tensors the loader does not read (vision tower, MTP head) are not checked.
 """
 
@@ -33,12 +35,12 @@ import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Q
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from gdn_tvm.config import PRESETS, ModelConfig
-from gdn_tvm.plan import WEIGHTS, block_weights, model_weights
+from gdn_tvm.config import DTYPES, PRESETS, ModelConfig
+from gdn_tvm.plan import WEIGHTS, block_weights, model_weights, stored_dtype
 from gdn_tvm.signature import ArgumentError
 
 PREFIXES = ("model.language_model.layers.", "model.layers.")
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors dtype names the loader reads (converted to float32)
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors dtype names the loader reads
 # ModelConfig field -> config.json field, each an integer >= 1
 SIZES = {
     "hidden": "hidden_size",
@@ -204,8 +206,8 @@ def _open(file: Path) -> safe_open:
 class _Tensors:
     """The tensors of a checkpoint's `*.safetensors` shards, by name, memory-mapped and read when asked for."""
 
-    def __init__(self, path: Path):
-        self.files = f"{path}/*.safetensors"
+    def __init__(self, path: Path, weight_dtype: str):
+        self.files, self.weight_dtype = f"{path}/*.safetensors", weight_dtype
         self._where: dict[str, tuple[Path, safe_open]] = {}  # tensor name -> (shard, its safetensors handle)
         for file in sorted(path.glob("*.safetensors")):
             handle = _open(file)
@@ -227,16 +229,21 @@ class _Tensors:
         return f"{self.prefix}{layer}.{name}" in self._where
 
     def get(
-        self, layer: int, name: str, shape: tuple[int, ...], convert: Callable[[np.ndarray], np.ndarray] | None = None
+        self,
+        layer: int,
+        name: str,
+        shape: tuple[int, ...],
+        weight: str,
+        convert: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> np.ndarray:
         """`read` of the layer's tensor `<prefix><layer>.<name>`."""
-        return self.read(f"{self.prefix}{layer}.{name}", shape, convert)
+        return self.read(f"{self.prefix}{layer}.{name}", shape, weight, convert)
 
     def read(
-        self, key: str, shape: tuple[int, ...], convert: Callable[[np.ndarray], np.ndarray] | None = None
+        self, key: str, shape: tuple[int, ...], weight: str, convert: Callable[[np.ndarray], np.ndarray] | None = None
     ) -> np.ndarray:
-        """`shape` float32: tensor `key`, of a floating dtype, through `convert` if given (an elementwise map), and
-        finite."""
+        """`shape`, in the stored dtype of kernel weight `weight`: tensor `key`, of a floating dtype, through
+        `convert` if given (an elementwise map, in float32), and finite."""
         if key not in self._where:
             raise CheckpointError(f"{self.files}: no tensor {key}")
         file, handle = self._where[key]
@@ -245,11 +252,12 @@ class _Tensors:
             raise CheckpointError(f"{file}: tensor {key} has dtype {info.get_dtype()}, expected one of {FLOAT_DTYPES}")
         if tuple(info.get_shape()) != shape:
             raise CheckpointError(f"{file}: tensor {key} has shape {tuple(info.get_shape())}, expected {shape}")
-        with np.errstate(over="ignore"):  # float64 beyond float32, exp(A_log): refused below as inf
-            t = handle.get_tensor(key).astype(np.float32)
-            t = t if convert is None else convert(t)
+        dtype = stored_dtype(weight, self.weight_dtype)
+        with np.errstate(over="ignore"):  # beyond the stored dtype, exp(A_log): refused below as inf
+            t = handle.get_tensor(key)
+            t = (t if convert is None else convert(t.astype(np.float32))).astype(dtype, copy=False)
         if not np.isfinite(t).all():
-            raise CheckpointError(f"{file}: tensor {key} holds NaN or inf (as a float32 weight)")
+            raise CheckpointError(f"{file}: tensor {key} holds NaN or inf (as a {dtype} weight)")
         return t
 
 
@@ -258,31 +266,31 @@ def _gdn(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
     w = {}
     if t.has(i, "linear_attn.in_proj_qkvz.weight"):  # Qwen3-Next: per key head [q | k | v (r*Dv) | z (r*Dv)]
         r = hv // hk
-        qkvz = t.get(i, "linear_attn.in_proj_qkvz.weight", (hk * (2 * dk + 2 * r * dv), hid))
+        qkvz = t.get(i, "linear_attn.in_proj_qkvz.weight", (hk * (2 * dk + 2 * r * dv), hid), "in_proj_qkv")
         qkvz = qkvz.reshape(hk, 2 * dk + 2 * r * dv, hid)
         q, k, v, z = np.split(qkvz, [dk, 2 * dk, 2 * dk + r * dv], axis=1)
         w["in_proj_qkv"] = np.concatenate([x.reshape(-1, hid) for x in (q, k, v)])
         w["in_proj_z"] = z.reshape(-1, hid)
-        ba = t.get(i, "linear_attn.in_proj_ba.weight", (2 * hv, hid)).reshape(hk, 2 * r, hid)
+        ba = t.get(i, "linear_attn.in_proj_ba.weight", (2 * hv, hid), "in_proj_b").reshape(hk, 2 * r, hid)
         w["in_proj_b"], w["in_proj_a"] = (x.reshape(-1, hid) for x in np.split(ba, [r], axis=1))
     else:
         for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
-            w[name] = t.get(i, f"linear_attn.{name}.weight", m.projections[name])
-    w["conv1d"] = t.get(i, "linear_attn.conv1d.weight", (m.conv_dim, 1, m.conv_kernel))[:, 0]
-    w["dt_bias"] = t.get(i, "linear_attn.dt_bias", (hv,))
-    w["A"] = t.get(i, "linear_attn.A_log", (hv,), lambda a_log: -np.exp(a_log))
-    w["norm"] = t.get(i, "linear_attn.norm.weight", (dv,))
-    w["out_proj"] = t.get(i, "linear_attn.out_proj.weight", m.projections["out_proj"])
+            w[name] = t.get(i, f"linear_attn.{name}.weight", m.projections[name], name)
+    w["conv1d"] = t.get(i, "linear_attn.conv1d.weight", (m.conv_dim, 1, m.conv_kernel), "conv1d")[:, 0]
+    w["dt_bias"] = t.get(i, "linear_attn.dt_bias", (hv,), "dt_bias")
+    w["A"] = t.get(i, "linear_attn.A_log", (hv,), "A", lambda a_log: -np.exp(a_log))
+    w["norm"] = t.get(i, "linear_attn.norm.weight", (dv,), "norm")
+    w["out_proj"] = t.get(i, "linear_attn.out_proj.weight", m.projections["out_proj"], "out_proj")
     return w
 
 
 def _attention(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
     w = {
-        name: t.get(i, f"self_attn.{name}.weight", m.projections[name])
+        name: t.get(i, f"self_attn.{name}.weight", m.projections[name], name)
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
     for name in ("q_norm", "k_norm"):
-        w[name] = t.get(i, f"self_attn.{name}.weight", (m.head_dim,), lambda x: 1.0 + x)
+        w[name] = t.get(i, f"self_attn.{name}.weight", (m.head_dim,), name, lambda x: 1.0 + x)
     return w
 
 
@@ -294,20 +302,20 @@ def _one_plus(w: np.ndarray) -> np.ndarray:
 def _block(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
     shapes = block_weights(m)
     w = {
-        name: t.get(i, f"{name}.weight", shapes[name], _one_plus)
+        name: t.get(i, f"{name}.weight", shapes[name], name, _one_plus)
         for name in ("input_layernorm", "post_attention_layernorm")
     }
     for name in ("gate_proj", "up_proj", "down_proj"):
         if name in shapes:
-            w[name] = t.get(i, f"mlp.{name}.weight", shapes[name])
+            w[name] = t.get(i, f"mlp.{name}.weight", shapes[name], name)
     return w
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A loaded checkpoint, float32 in kernel layouts. `layers[i]`: layer i's mixer weights (`plan.WEIGHTS` of its
-    kind); `blocks[i]`: its norms and dense MLP (`plan.block_weights`); `weights`: the embedding table, final norm and
-    LM head (`plan.model_weights`; a tied LM head is the embedding array itself)."""
+    """A loaded checkpoint in kernel layouts and stored dtypes. `layers[i]`: layer i's mixer weights (`plan.WEIGHTS`
+    of its kind); `blocks[i]`: its norms and dense MLP (`plan.block_weights`); `weights`: the embedding table, final
+    norm and LM head (`plan.model_weights`; a tied LM head is the embedding array itself)."""
 
     model: ModelConfig
     layers: list[dict[str, np.ndarray]]
@@ -324,13 +332,16 @@ class Checkpoint:
         return named
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Every weight of the text model in a checkpoint directory (`Checkpoint`); `CheckpointError` (an
-    `ArgumentError`) naming the file and the field or tensor where a check fails."""
+def load_checkpoint(path: str | Path, weight_dtype: str = "float32") -> Checkpoint:
+    """Every weight of the text model in a checkpoint directory (`Checkpoint`), in their stored dtypes at
+    `weight_dtype` (a `config.DTYPES` name); `CheckpointError` (an `ArgumentError`) naming the file and the field or
+    tensor where a check fails, `ArgumentError` naming `weight_dtype` for a dtype outside `DTYPES`."""
+    if weight_dtype not in DTYPES:
+        raise ArgumentError(f"weight_dtype: expected one of {tuple(DTYPES)}, got {weight_dtype!r}")
     path = Path(path)
     cfg_file = path / "config.json"
     m = model_config(_read_config(cfg_file), path.name, str(cfg_file))
-    tensors = _Tensors(path)
+    tensors = _Tensors(path, weight_dtype)
     if tensors.n_layers != m.n_layers:
         raise CheckpointError(
             f"{cfg_file}: num_hidden_layers={m.n_layers}, but {tensors.files} hold layers 0..{tensors.n_layers - 1}"
@@ -339,10 +350,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     for i, kind in enumerate(m.layer_types):
         w = _gdn(tensors, m, i) if kind == "gdn" else _attention(tensors, m, i)
         assert set(w) == set(WEIGHTS[kind](m)), f"loader and weight table disagree for {kind}"
-        layers.append({k: np.ascontiguousarray(v, dtype=np.float32) for k, v in w.items()})
+        layers.append({k: np.ascontiguousarray(v) for k, v in w.items()})
     blocks = [_block(tensors, m, i) for i in range(m.n_layers)]
     shapes = model_weights(m)
-    embed = tensors.read(f"{tensors.model}embed_tokens.weight", shapes["embed_tokens"])
-    weights = {"embed_tokens": embed, "norm": tensors.read(f"{tensors.model}norm.weight", shapes["norm"], _one_plus)}
-    weights["lm_head"] = embed if m.tie_word_embeddings else tensors.read("lm_head.weight", shapes["lm_head"])
+    embed = tensors.read(f"{tensors.model}embed_tokens.weight", shapes["embed_tokens"], "embed_tokens")
+    norm = tensors.read(f"{tensors.model}norm.weight", shapes["norm"], "norm", _one_plus)
+    weights = {"embed_tokens": embed, "norm": norm}
+    weights["lm_head"] = (
+        embed if m.tie_word_embeddings else tensors.read("lm_head.weight", shapes["lm_head"], "lm_head")
+    )
     return Checkpoint(m, layers, blocks, weights)

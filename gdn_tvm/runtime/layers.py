@@ -41,10 +41,10 @@ class Layer:
     def __init__(
         self, plan: Plan, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor
     ):
-        check_weights(cfg.model, plan.kind, weights)
+        check_weights(cfg.model, plan.kind, weights, cfg.weight_dtype)
         self.kind, self.cfg = plan.kind, cfg
         self.device = x.device
-        self.weights = upload(weights, self.device, plan.stacked)
+        self.weights = upload(weights, self.device, plan.stacked, cfg.weight_dtype)
         inputs = {"x": x, "slots": io.slots, "positions": io.positions}
         self.tensors: dict[str, tvm.runtime.Tensor] = {}
         self.states: list[tvm.runtime.Tensor] = []

@@ -35,7 +35,7 @@ from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.signature import ROLES, Arg
 
 MANIFEST = "manifest.json"
-FORMAT = 3
+FORMAT = 4  # 4: the config records its storage dtypes
 DEVICES = {"llvm": (1, 0), "cuda": (2, 0)}  # DLPack (device type, index) of each target's kernels
 READ = ("format", "target", "tvm", "config", "library", "library_bytes", "library_sha256", "functions")
 CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"  # registered by the tvm package's lib/libtvm_runtime_cuda.so

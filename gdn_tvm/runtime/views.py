@@ -53,14 +53,16 @@ _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def row_view(base: tvm.runtime.Tensor, start: int, shape: tuple[int, ...]) -> tvm.runtime.Tensor:
-    """The float32 elements `[start, start + prod(shape))` of contiguous `base`, as a tensor of `shape` that lives no
-    longer than `base`."""
+    """The elements `[start, start + prod(shape))` of contiguous `base` (of any scalar dtype), as a tensor of `shape`
+    that lives no longer than `base`."""
     count = math.prod(shape)
-    if base.dtype != "float32" or not base.is_contiguous():
-        raise ArgumentError(f"row_view: base must be contiguous float32, got {base.dtype}")
+    dtype = tvm.runtime.DataType(str(base.dtype))
+    if dtype.lanes != 1 or dtype.bits % 8 or not base.is_contiguous():
+        raise ArgumentError(f"row_view: base must be contiguous of a scalar dtype, got {base.dtype}")
     if not 0 <= start <= start + count <= base.numel():
         raise ArgumentError(f"row_view: elements [{start}, {start + count}) lie outside the base's {base.numel()}")
-    if (base.data_ptr() + 4 * start) % VIEW_ALIGN:
+    offset = dtype.bits // 8 * start
+    if (base.data_ptr() + offset) % VIEW_ALIGN:
         raise ArgumentError(f"row_view: element {start} is not {VIEW_ALIGN}-byte aligned")
     block = _libc.malloc(ctypes.sizeof(_Managed) + 8 * len(shape))  # freed by TVM through the deleter
     if not block:
@@ -70,10 +72,10 @@ def row_view(base: tvm.runtime.Tensor, start: int, shape: tuple[int, ...]) -> tv
     managed = _Managed.from_address(block)
     dev = base.device
     managed.dl_tensor = _DLTensor(
-        base.data_ptr() + 4 * start,
+        base.data_ptr() + offset,
         _Device(dev.dlpack_device_type(), dev.index),
         len(shape),
-        _DataType(2, 32, 1),  # kDLFloat, 32 bits
+        _DataType(dtype.type_code, dtype.bits, 1),
         ctypes.cast(block + ctypes.sizeof(_Managed), ctypes.POINTER(ctypes.c_int64)),
         None,
         0,

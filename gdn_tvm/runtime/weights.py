@@ -1,4 +1,8 @@
-"""Mixer weights (names and shapes: `plan.WEIGHTS`): random defaults for demos and tests, checks, upload to a device."""
+"""Mixer weights (names and shapes: `plan.WEIGHTS`, dtypes: `plan.stored_dtype`): random defaults for demos and tests,
+checks, upload to a device.
+
+A weight is given in its stored dtype, or in float32 where that is bf16: `upload` then rounds it to the nearest even
+bf16, once, where it lives (numpy on the host, a torch tensor on its device)."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
-from gdn_tvm.plan import WEIGHTS
+from gdn_tvm.plan import WEIGHTS, stored_dtype
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
 
@@ -31,8 +35,9 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
     return out
 
 
-def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
-    """Every weight present, of its shape and float32, finite; the error names the weight."""
+def check_weights(m: ModelConfig, kind: str, weights: dict, weight_dtype: str = "float32") -> None:
+    """Every weight present, of its shape, in its stored dtype at `weight_dtype` (or float32), finite; the error
+    names the weight."""
     shapes = WEIGHTS[kind](m)
     missing = sorted(set(shapes) - set(weights))
     if missing:
@@ -41,8 +46,9 @@ def check_weights(m: ModelConfig, kind: str, weights: dict) -> None:
         w = weights[name]
         if tuple(w.shape) != shape:
             raise ArgumentError(f"weight {name}: expected shape {shape}, got {tuple(w.shape)}")
-        if str(w.dtype).removeprefix("torch.") != "float32":
-            raise ArgumentError(f"weight {name}: expected float32, got {w.dtype}")
+        accepted = dict.fromkeys((stored_dtype(name, weight_dtype), "float32"))
+        if _dtype(w) not in accepted:
+            raise ArgumentError(f"weight {name}: expected {' or '.join(accepted)}, got {_dtype(w)}")
         finite = bool(w.isfinite().all()) if hasattr(w, "isfinite") else np.isfinite(to_host(w)).all()  # torch: there
         if not finite:
             raise ArgumentError(f"weight {name}: holds NaN or inf")
@@ -61,16 +67,20 @@ def unstack(m: ModelConfig, weights: dict) -> dict:
     return out
 
 
-def upload(weights: dict, device: tvm.runtime.Device, stacked: str = "") -> dict[str, tvm.runtime.Tensor]:
-    """Weights as tensors on `device`: arrays already there (numpy on the CPU, torch on the GPU, TVM tensors) are
-    shared through DLPack without a copy when contiguous and 64-byte aligned; the rest are copied. With `stacked`
-    (a `STACKED` name), its projections become one tensor of that name, each part's rows copied once into it from
-    wherever the part lives (device to device for a GPU tensor)."""
+def upload(
+    weights: dict, device: tvm.runtime.Device, stacked: str = "", weight_dtype: str = "float32"
+) -> dict[str, tvm.runtime.Tensor]:
+    """Weights (checked by `check_weights`) as tensors on `device`, in their stored dtypes at `weight_dtype`: arrays
+    already there in that dtype (numpy on the CPU, torch on the GPU, TVM tensors) are shared through DLPack without
+    a copy when contiguous and 64-byte aligned; the rest are copied, float32 ones rounded first where they live.
+    With `stacked` (a `STACKED` name), its projections become one tensor of that name, each part's rows copied once
+    into it from wherever the part lives (device to device for a GPU tensor)."""
     parts = STACKED.get(stacked, ())
+    weights = {name: _stored(w, stored_dtype(name, weight_dtype)) for name, w in weights.items()}
     out = {name: _on_device(w, device) for name, w in weights.items() if name not in parts}
     if parts:
         shapes = [tuple(weights[p].shape) for p in parts]
-        whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), "float32", device)
+        whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), weight_dtype, device)
         start = 0
         for part, shape in zip(parts, shapes, strict=True):
             w = weights[part]
@@ -79,6 +89,22 @@ def upload(weights: dict, device: tvm.runtime.Device, stacked: str = "") -> dict
             start += math.prod(shape)
         out[stacked] = whole
     return out
+
+
+def _dtype(w) -> str:
+    return str(w.dtype).removeprefix("torch.")
+
+
+def _stored(w, dtype: str):
+    """`w` in `dtype`: itself, or (a float32 weight of a bf16 one) rounded to the nearest even where it lives: a
+    torch tensor on its device, anything else on the host."""
+    if _dtype(w) == dtype:
+        return w
+    if hasattr(w, "detach"):  # torch
+        import torch
+
+        return w.detach().to(getattr(torch, dtype))
+    return to_host(w).astype(dtype)
 
 
 def _lives_on(w, device: tvm.runtime.Device) -> bool:
@@ -90,6 +116,7 @@ def _lives_on(w, device: tvm.runtime.Device) -> bool:
 def _on_device(w, device: tvm.runtime.Device) -> tvm.runtime.Tensor:
     if isinstance(w, tvm.runtime.Tensor) and w.device == device:
         return w
-    if _lives_on(w, device) and is_contiguous(w) and address(w) % 64 == 0:
+    numpy_bf16 = isinstance(w, np.ndarray) and w.dtype.kind == "V"  # numpy exports no bfloat16 through DLPack
+    if _lives_on(w, device) and is_contiguous(w) and address(w) % 64 == 0 and not numpy_bf16:
         return tvm.runtime.from_dlpack(w)
     return tvm.runtime.tensor(np.ascontiguousarray(to_host(w)), device)
