@@ -70,24 +70,21 @@ def test_attention_knob_grid_is_refused_or_right_on_short_chunks(name, rng):
     """Every design of the knob grid at 16-row chunks, shorter than the largest designs' step of warps x positions
     rows, is refused by the schedule or matches the reference: rows past the chunk once stored their scores into the
     next query head's (`schedules.decode_attention._fit_chunk`)."""
-    op, cfg = OPS[name], CASES["4b-B3"]
-    right = 0
-    for knobs in knob_grid(op, "cuda"):
-        try:
-            mod = op.schedule(cfg, "cuda", **knobs).mod
-        except (ValueError, tvm.s_tir.ScheduleError):
-            continue
-        failed = check_kernel(op, cfg, emulated(op, cfg, *lower(mod)), rng)
-        assert not failed, f"{knobs}: {failed}"
-        right += 1
-    assert right, "every design refused"
+    assert _knob_grid_checked(OPS[name], CASES["4b-B3"], rng), "every design refused"
 
 
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "delta_rule"])
 def test_delta_rule_knob_grid_is_refused_or_right(name, rng):
     """Every design of the recurrence's knob grid (what the tuner measures and the sweep times) is refused by the
     schedule or matches the reference."""
-    op, cfg = OPS[name], CASES["4b-B3"]
+    op = OPS[name]
+    right = _knob_grid_checked(op, CASES["4b-B3"], rng)
+    assert right == len(knob_grid(op, "cuda")), "a design of the grid was refused at a shape every design fits"
+
+
+def _knob_grid_checked(op, cfg, rng) -> int:
+    """How many designs of `op`'s CUDA knob grid the schedule accepts at `cfg`; each of them must match the
+    reference in the emulation."""
     right = 0
     for knobs in knob_grid(op, "cuda"):
         try:
@@ -97,7 +94,7 @@ def test_delta_rule_knob_grid_is_refused_or_right(name, rng):
         failed = check_kernel(op, cfg, emulated(op, cfg, *lower(mod)), rng)
         assert not failed, f"{knobs}: {failed}"
         right += 1
-    assert right == len(knob_grid(op, "cuda")), "a design of the grid was refused at a shape every design fits"
+    return right
 
 
 def _edit(old: str, new: str):
