@@ -113,7 +113,7 @@ def _entry(
 
 _ATTN = ("batch", "n_q_heads", "n_kv_heads", "head_dim")
 _CACHE = ("batch", "slots", "max_len", "n_q_heads", "n_kv_heads", "head_dim")  # then split_len, kv_dtype
-_RECURRENCE = ("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping")
+_RECURRENCE = ("batch", "slots", "n_k_heads", "n_v_heads", "head_k_dim", "head_v_dim", "head_mapping", "state_dtype")
 
 _ENTRIES = [
     _entry("causal_conv1d_silu", _dims("batch", "slots", "conv_dim", "conv_kernel", "weight_dtype")),
@@ -123,13 +123,13 @@ _ENTRIES = [
         ref_params=("l2_norm_eps",),
     ),
     _entry("gates", _dims("batch", "n_v_heads")),
-    _entry("delta_rule", _dims(*_RECURRENCE), ref_params=("head_mapping",)),
+    _entry("delta_rule", _dims(*_RECURRENCE), ref_params=("head_mapping", "state_dtype")),
     _entry(
         "delta_rule",
         _dims(*_RECURRENCE, "l2_norm_eps"),
         name="delta_rule_fused",
         ref="delta_rule_fused",
-        ref_params=("head_mapping", "l2_norm_eps"),
+        ref_params=("head_mapping", "state_dtype", "l2_norm_eps"),
         fused=True,
     ),
     _entry(

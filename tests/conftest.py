@@ -33,9 +33,10 @@ CASES = {
         head_mapping="tiled", vocab_size=509
     ),
 }
-# Two of them with bf16 weights and KV caches, for the ops that read a storage dtype (`reads_dtype`).
+# Two of them with bf16 weights, KV caches and recurrent states, for the ops that read a storage dtype (`reads_dtype`).
 BF16_CASES = {
-    f"{name}-bf16": CASES[name].replace(weight_dtype="bfloat16", kv_dtype="bfloat16") for name in ("0.8b-B1", "4b-B3")
+    f"{name}-bf16": CASES[name].replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
+    for name in ("0.8b-B1", "4b-B3")
 }
 
 

@@ -42,7 +42,7 @@ class ReferenceStack:
     """The same layers stepped by reference/decode_step.py, states as float64 numpy pools."""
 
     def __init__(self, stack: HybridStack):
-        self.m, self.types, self.kv_dtype = stack.cfg.model, stack.layer_types, stack.cfg.kv_dtype
+        self.m, self.types, self.cfg = stack.cfg.model, stack.layer_types, stack.cfg
         host = [{k: v.numpy().astype(np.float64) for k, v in layer.weights.items()} for layer in stack.layers]
         self.weights = [unstack(self.m, w) for w in host]  # by checkpoint names, stacked projections split
         self.states = [[t.numpy().astype(np.float64) for t in layer.states] for layer in stack.layers]
@@ -50,9 +50,9 @@ class ReferenceStack:
     def step(self, x: np.ndarray, positions: np.ndarray, slots: np.ndarray) -> np.ndarray:
         for kind, w, st in zip(self.types, self.weights, self.states, strict=True):
             if kind == "gdn":
-                x = gdn_mixer_step(self.m, w, x, st[0], st[1], slots)
+                x = gdn_mixer_step(self.m, w, x, st[0], st[1], slots, self.cfg.state_dtype)
             else:
-                x = attention_mixer_step(self.m, w, x, st[0], st[1], slots, positions, self.kv_dtype)
+                x = attention_mixer_step(self.m, w, x, st[0], st[1], slots, positions, self.cfg.kv_dtype)
             x = np.nan_to_num(x)  # skipped lanes feed zeros on; their outputs are not compared
         return x
 
@@ -61,7 +61,7 @@ def assert_decodes_like_reference(stack: HybridStack, rng: np.random.Generator, 
     """One acquired slot decoded for `steps` positions from 0, each output within the layer tolerance of the stack's
     dtypes (1e-3 in float32) of the reference stack."""
     cfg = stack.cfg
-    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype, cfg.state_dtype), layer=True)
     ref = ReferenceStack(stack)
     slots = np.array([stack.acquire()], np.int32)
     for t in range(steps):
@@ -101,7 +101,7 @@ def assert_preset_stack_decodes(cfg, kernels, device, rng: np.random.Generator, 
                 assert np.array_equal(state.numpy(), value), f"{name} step {t}: {layer.kind} state differs"
 
     period = cfg.model.layer_types[: cfg.model.full_attention_interval]
-    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype, cfg.state_dtype), layer=True)
     stack = HybridStack(cfg, kernels, device, layer_types=period, seed=int(rng.integers(2**31)))
     ref = ReferenceStack(stack)
     for t in range(4):
@@ -124,7 +124,7 @@ def lanes(cfg, rng) -> tuple[np.ndarray, np.ndarray]:
 def test_decode_steps_match_reference(case, types, rng):
     stack = make_stack(case, types, seed=int(rng.integers(2**31)))
     cfg = stack.cfg
-    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype), layer=True)
+    tol = tolerance((cfg.weight_dtype, cfg.kv_dtype, cfg.state_dtype), layer=True)
     ref = ReferenceStack(stack)
     slots, start = lanes(cfg, rng)
     active = slots >= 0
@@ -272,14 +272,6 @@ def test_weight_of_another_dtype_is_rejected_by_name(name, dtype):
     w[name] = w[name].astype(dtype)
     with pytest.raises(ArgumentError, match=f"weight {name}: expected"):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
-
-
-def test_a_bf16_recurrent_state_is_refused_until_the_delta_rule_reads_one():
-    """`state_dtype` bf16 allocates the recurrent state in bf16, which the delta rule's float32 signature refuses at
-    bind, naming the argument."""
-    cfg = LAYER_CASES["0.8b-B1"].replace(state_dtype="bfloat16")
-    with pytest.raises(ArgumentError, match="delta_rule_fused: state: expected dtype float32, got bfloat16"):
-        HybridStack(cfg, _kernels("0.8b-B1"), tvm.cpu(), layer_types=("gdn",))
 
 
 def test_nan_weight_is_rejected_by_name():

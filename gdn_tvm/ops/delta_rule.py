@@ -8,7 +8,9 @@ Written so the state is read once and written once: for each state row `S_i` (le
   S_i <- e*S_i + d_i*k,  o_i = (e*sq_i + d_i*kq) / sqrt(Dk).
 SBlocks, in dataflow order (the interface with the schedules): "qk_head" (q and k of the head), "decay" (e),
 "state_load" (the old state), "kq", "sk", "sq" (the dot products), "delta" (d), "update" (writes state_out)
-and "o". A skipped lane (slot -1) reads and writes no state and leaves `o[b]` untouched.
+and "o". A skipped lane (slot -1) reads and writes no state and leaves `o[b]` untouched. The state is stored in
+`cfg.state_dtype`: a bf16 state is widened as it is loaded and the updated row rounded to nearest even as it is
+stored; `o` is computed from the updated row before that rounding.
 
 The fused variant (`delta_rule_fused`) also does the two steps before it in the same kernel, so a GDN layer
 launches one kernel where it launched three: per-head L2 norm of q and k (blocks "qk_raw", "qk_sumsq", then
@@ -23,7 +25,7 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import sum_of_squares
+from gdn_tvm.ops.common import narrowed, sum_of_squares, widened
 from gdn_tvm.ops.gates import log_decay, sample_negative, sample_wide, write_strength
 from gdn_tvm.ops.per_head_l2_norm import l2_normalized
 from gdn_tvm.signature import Arg
@@ -47,7 +49,7 @@ def _unit_interval(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarr
 
 def signature(cfg: DecodeConfig, fused: bool = False) -> list[Arg]:
     """qk: [B, 2*Hk, Dk] (unit q heads then k heads); qkv: [B, conv_dim] (v[h] at 2*Hk*Dk + h*Dv);
-    g, beta: [B, Hv]; state: [S, Hv, Dv, Dk] (in place); slots: [B] int32 -> o: [B, Hv, Dv].
+    g, beta: [B, Hv]; state: [S, Hv, Dv, Dk] state_dtype (in place); slots: [B] int32 -> o: [B, Hv, Dv].
     Fused: qkv (q, k and v heads, q and k not yet normalised); a, b: [B, Hv]; A, dt_bias: [Hv]; state; slots -> o."""
     m = cfg.model
     B, S, Hk, Hv, Dk, Dv = cfg.batch, cfg.slots, m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim
@@ -69,10 +71,10 @@ def signature(cfg: DecodeConfig, fused: bool = False) -> list[Arg]:
         ]
     return [
         *inputs,
-        Arg("state", pool, role="state"),
+        Arg("state", pool, cfg.state_dtype, role="state"),
         Arg("slots", (B,), "int32", role="index", bound=(-1, S), slot_pool=True),
         Arg("o", (B, Hv, Dv), role="out"),
-        Arg("state_out", pool, role="state", alias="state"),
+        Arg("state_out", pool, cfg.state_dtype, role="state", alias="state"),
     ]
 
 
@@ -83,7 +85,7 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
     B, S, Hk, Hv, Dk, Dv, C = cfg.batch, cfg.slots, m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim, m.conv_dim
     group = Hv // Hk if m.head_mapping == "grouped" else 1  # kh = (h // group) % Hk
     v_off = 2 * Hk * Dk
-    scale, l2_eps = float(Dk) ** -0.5, m.l2_norm_eps
+    scale, l2_eps, SD = float(Dk) ** -0.5, m.l2_norm_eps, cfg.state_dtype
 
     @T.macro
     def recurrence(qkh, e, beta, qkv, state, slots, o, state_out):
@@ -97,7 +99,7 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
             with T.sblock("state_load"):
                 vb, vh, vi, vj = T.axis.remap("SSSS", [b, h, i, j])
                 s_old[vb, vh, vi, vj] = T.if_then_else(
-                    slots[vb] >= 0, state[T.max(slots[vb], 0), vh, vi, vj], T.float32(0)
+                    slots[vb] >= 0, widened(state[T.max(slots[vb], 0), vh, vi, vj]), T.float32(0)
                 )
         for b, h, j in T.grid(B, Hv, Dk):
             with T.sblock("kq"):
@@ -125,8 +127,8 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
             with T.sblock("update"):
                 vb, vh, vi, vj = T.axis.remap("SSSS", [b, h, i, j])
                 if slots[vb] >= 0:
-                    state_out[slots[vb], vh, vi, vj] = (
-                        e[vb, vh] * s_old[vb, vh, vi, vj] + d[vb, vh, vi] * qkh[vb, vh, 1, vj]
+                    state_out[slots[vb], vh, vi, vj] = narrowed(
+                        e[vb, vh] * s_old[vb, vh, vi, vj] + d[vb, vh, vi] * qkh[vb, vh, 1, vj], SD
                     )
         for b, h, i in T.grid(B, Hv, Dv):
             with T.sblock("o"):
@@ -143,10 +145,10 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
             b: T.Buffer((B, Hv), "float32"),
             A: T.Buffer((Hv,), "float32"),
             dt_bias: T.Buffer((Hv,), "float32"),
-            state: T.Buffer((S, Hv, Dv, Dk), "float32"),
+            state: T.Buffer((S, Hv, Dv, Dk), SD),
             slots: T.Buffer((B,), "int32"),
             o: T.Buffer((B, Hv, Dv), "float32"),
-            state_out: T.Buffer((S, Hv, Dv, Dk), "float32"),
+            state_out: T.Buffer((S, Hv, Dv, Dk), SD),
         ):
             raw = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
             sumsq = T.sblock_alloc_buffer((B, Hv, 2), "float32")
@@ -180,10 +182,10 @@ def make_delta_rule(cfg: DecodeConfig, fused: bool = False):
         qkv: T.Buffer((B, C), "float32"),
         g: T.Buffer((B, Hv), "float32"),
         beta: T.Buffer((B, Hv), "float32"),
-        state: T.Buffer((S, Hv, Dv, Dk), "float32"),
+        state: T.Buffer((S, Hv, Dv, Dk), SD),
         slots: T.Buffer((B,), "int32"),
         o: T.Buffer((B, Hv, Dv), "float32"),
-        state_out: T.Buffer((S, Hv, Dv, Dk), "float32"),
+        state_out: T.Buffer((S, Hv, Dv, Dk), SD),
     ):
         qkh = T.sblock_alloc_buffer((B, Hv, 2, Dk), "float32")
         e = T.sblock_alloc_buffer((B, Hv), "float32")

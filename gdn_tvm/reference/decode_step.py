@@ -20,9 +20,16 @@ from gdn_tvm.reference.common import stored
 
 
 def gdn_mixer_step(
-    m: ModelConfig, w: dict, x: np.ndarray, conv_state: np.ndarray, rec_state: np.ndarray, slots: np.ndarray
+    m: ModelConfig,
+    w: dict,
+    x: np.ndarray,
+    conv_state: np.ndarray,
+    rec_state: np.ndarray,
+    slots: np.ndarray,
+    state_dtype: str = "float32",
 ) -> np.ndarray:
-    """x: [B, hidden] -> [B, hidden]; conv_state [S, C, Kc-1], rec_state [S, Hv, Dv, Dk] updated in place."""
+    """x: [B, hidden] -> [B, hidden]; conv_state [S, C, Kc-1], rec_state [S, Hv, Dv, Dk] updated in place, stored
+    as `state_dtype` stores it (`o` from the unrounded state)."""
     hk, hv, dk, dv = m.n_k_heads, m.n_v_heads, m.head_k_dim, m.head_v_dim
     out = np.full((x.shape[0], m.hidden), np.nan)
     for b, s in enumerate(slots):
@@ -46,7 +53,7 @@ def gdn_mixer_step(
             state = rec_state[s, h] * np.exp(g[h])
             d = beta[h] * (v[h] - state @ k[kh])
             state = state + np.outer(d, k[kh])
-            rec_state[s, h] = state
+            rec_state[s, h] = state if state_dtype == "float32" else stored(state, state_dtype)
             o[h] = state @ q[kh]
         o = o / np.sqrt((o * o).mean(-1, keepdims=True) + m.rms_norm_eps) * w["norm"] * silu(z)
         out[b] = w["out_proj"] @ o.reshape(-1)

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from gdn_tvm.reference.common import stored
 from gdn_tvm.reference.gates import gates
 from gdn_tvm.reference.per_head_l2_norm import per_head_l2_norm
 
@@ -15,11 +16,13 @@ def delta_rule(
     slots: np.ndarray,
     o: np.ndarray,
     head_mapping: str = "grouped",
+    state_dtype: str = "float32",
 ) -> None:
     """qk: [B, 2*Hk, Dk]; qkv: [B, C]; g, beta: [B, Hv]; state: [S, Hv, Dv, Dk], updated in place -> o: [B, Hv, Dv].
 
     Per active lane (slots[b] >= 0) and value head h with key head kh ("grouped": h // (Hv/Hk), "tiled": h % Hk):
-    S = exp(g)*S; S += outer(beta*(v - S @ k), k); o = S @ q / sqrt(Dk). Skipped lanes are left untouched.
+    S = exp(g)*S; S += outer(beta*(v - S @ k), k); o = S @ q / sqrt(Dk). Skipped lanes are left untouched. The
+    state is stored as `state_dtype` stores it (a bf16 state rounded after the update; `o` from the unrounded S).
     """
     hk, dk = qk.shape[1] // 2, qk.shape[2]
     hv, dv = state.shape[1], state.shape[2]
@@ -33,7 +36,7 @@ def delta_rule(
     S = state[s] * np.exp(g[lanes])[..., None, None]  # [n, Hv, Dv, Dk]
     d = beta[lanes][..., None] * (v - np.einsum("nhij,nhj->nhi", S, k))
     S = S + d[..., :, None] * k[..., None, :]
-    state[s] = S
+    state[s] = S if state_dtype == "float32" else stored(S, state_dtype)
     o[lanes] = np.einsum("nhij,nhj->nhi", S, q)
 
 
@@ -47,6 +50,7 @@ def delta_rule_fused(
     slots: np.ndarray,
     o: np.ndarray,
     head_mapping: str = "grouped",
+    state_dtype: str = "float32",
     *,
     l2_norm_eps: float,
 ) -> None:
@@ -59,4 +63,4 @@ def delta_rule_fused(
     g, beta = np.empty_like(a), np.empty_like(b)
     per_head_l2_norm(qkv, qk, l2_norm_eps=l2_norm_eps)
     gates(a, b, A, dt_bias, g, beta)
-    delta_rule(qk, qkv, g, beta, state, slots, o, head_mapping)
+    delta_rule(qk, qkv, g, beta, state, slots, o, head_mapping, state_dtype)
