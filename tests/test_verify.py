@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from conftest import CASES
 
@@ -19,6 +20,18 @@ def test_mismatch_names_each_way_to_fail():
     assert "written where they must stay untouched" in mismatch(np.array([1.0, -2.0, 0.0]), ref, 0)
     assert "shape" in mismatch(ref[:2], ref, 1e-4)
     assert "all zeros" in mismatch(np.zeros(2), np.zeros(2), 1e-4)
+
+
+def test_a_computed_bf16_output_may_round_to_the_reference_elements_neighbour():
+    """One bf16 ulp (2^-8 relative, where float32 and float64 values straddle a rounding midpoint) is allowed beyond
+    the tolerance; two ulps, or an error in a float32 output of that size, are not."""
+    ref = np.array([1.0, 0.75, -3.0]).astype(ml_dtypes.bfloat16)  # the reference rounds as the kernel stores
+    up = np.array([1.0 + 2**-7, 0.75, -3.0]).astype(ml_dtypes.bfloat16)  # 1.0's neighbour above: one ulp (2^-7)
+    assert mismatch(up, ref.astype(np.float64), 1e-3) is None
+    two = np.array([1.0 + 2**-6, 0.75, -3.0]).astype(ml_dtypes.bfloat16)
+    assert "beyond one bf16 ulp" in mismatch(two, ref.astype(np.float64), 1e-3)
+    assert "relative L-inf error" in mismatch(up.astype(np.float32), ref.astype(np.float64), 1e-3)
+    assert "elements differ" in mismatch(up, ref.astype(np.float64), 0)  # data movement stays bit for bit
 
 
 def test_check_kernel_reports_outputs_a_kernel_leaves_unwritten(rng):
