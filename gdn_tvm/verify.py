@@ -56,8 +56,8 @@ def mismatch(out: np.ndarray, ref: np.ndarray, tol: float) -> str | None:
     if scale == 0:
         return "reference is all zeros; the check draws no signal"
     diff = np.abs(o - r)
-    if ulps:  # one bf16 ulp of each reference element: 2^(e-8) for |r| in [2^(e-1), 2^e)
-        diff = np.maximum(diff - np.ldexp(1.0, np.frexp(r)[1] - 8), 0.0)
+    if ulps:  # one bf16 ulp of each reference element: 2^(e-8) for |r| in [2^(e-1), 2^e); none at r == 0
+        diff = np.maximum(diff - np.where(r == 0, 0.0, np.ldexp(1.0, np.frexp(r)[1] - 8)), 0.0)
     err = diff.max() / scale
     beyond = " beyond one bf16 ulp" if ulps else ""
     return f"relative L-inf error{beyond} {err:.3e} > {tol:.0e}" if err > tol else None

@@ -32,6 +32,9 @@ def test_a_computed_bf16_output_may_round_to_the_reference_elements_neighbour():
     assert "beyond one bf16 ulp" in mismatch(two, ref.astype(np.float64), 1e-3)
     assert "relative L-inf error" in mismatch(up.astype(np.float32), ref.astype(np.float64), 1e-3)
     assert "elements differ" in mismatch(up, ref.astype(np.float64), 0)  # data movement stays bit for bit
+    # a zero reference element has no neighbour allowance (frexp(0) would otherwise grant 2^-8)
+    nonzero = np.array([1.0, 2**-9, -0.5]).astype(ml_dtypes.bfloat16)
+    assert "beyond one bf16 ulp" in mismatch(nonzero, np.array([1.0, 0.0, -0.5]), 1e-3)
 
 
 def test_check_kernel_reports_outputs_a_kernel_leaves_unwritten(rng):
