@@ -102,6 +102,7 @@ class ModelConfig:
         return h % self.n_k_heads
 
 
+STOP_IDS = 8  # entries of a model step's stop-token list (a model's EOS ids, padded with -1)
 DTYPE_FIELDS = ("weight_dtype", "kv_dtype", "state_dtype")  # the `DecodeConfig` fields holding a `DTYPES` name
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gdn_tvm.config import STACKED, DecodeConfig, ModelConfig
+from gdn_tvm.config import STACKED, STOP_IDS, DecodeConfig, ModelConfig
 
 ROLES = ("input", "weight", "state", "act", "view")
 FLOAT32_WEIGHTS = frozenset({"A", "dt_bias"})  # the gates' per-head parameters: float32 whatever the weight dtype
@@ -49,14 +49,16 @@ class Launch:
 
 @dataclass(frozen=True)
 class Plan:
-    """A layer's step: `buffers` by name (a view after its base), `launches` in order, `out` the buffer holding its
-    output `[B, hidden]`, and `stacked` the `STACKED` weight its input projections read as one (or "")."""
+    """A step (one layer's, or the model's): `buffers` by name (a view after its base), `launches` in order, `out` the
+    buffer holding its output, `weights` the weights it takes by checkpoint name (shape and stored dtype), and
+    `stacks` the weight buffers made of several of those (name -> the parts, stacked row-wise in order)."""
 
     kind: str
     buffers: Mapping[str, Buffer]
     launches: tuple[Launch, ...]
     out: str = "out"
-    stacked: str = ""
+    weights: Mapping[str, Buffer] = field(default_factory=dict)
+    stacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def ops(self) -> list[str]:
@@ -147,24 +149,39 @@ def stored_dtype(name: str, weight_dtype: str) -> str:
 
 
 class _Builder:
-    """Collects a plan's buffers and launches; every method returns the buffer's name."""
+    """Collects a plan's buffers, launches and weights; every method returns the buffer's name."""
 
-    def __init__(self, kind: str, cfg: DecodeConfig, stacked: str):
+    def __init__(self, kind: str, cfg: DecodeConfig, stacked: str = ""):
         self.cfg, self.kind = cfg, kind
         self.fusions = fusions(cfg)
         self.stacked = stacked if stacked in self.fusions.stacked else ""
         self.buffers: dict[str, Buffer] = {}
         self.launches: list[Launch] = []
-        B, m = cfg.batch, cfg.model
+        self.weights: dict[str, Buffer] = {}
+        self.stacks: dict[str, tuple[str, ...]] = {}
+
+    def mixer_inputs(self) -> None:
+        """A mixer's inputs (x, the step's slots and positions) and its weights, stacked where the fusions say."""
+        B, m = self.cfg.batch, self.cfg.model
         self.add("x", (B, m.hidden), "input")
         self.add("slots", (B,), "input", "int32")
         self.add("positions", (B,), "input", "int32")
         parts = STACKED.get(self.stacked, ())
-        for name, shape in WEIGHTS[kind](m).items():
-            if name not in parts:
-                self.add(name, shape, "weight", stored_dtype(name, cfg.weight_dtype))
+        for name, shape in WEIGHTS[self.kind](m).items():
+            self.weight(name, shape, buffer=name not in parts)
         if self.stacked:
-            self.add(self.stacked, m.projections[self.stacked], "weight", cfg.weight_dtype)
+            self.stack(self.stacked, parts, m.projections[self.stacked])
+
+    def weight(self, name: str, shape: tuple[int, ...], buffer: bool = True) -> str:
+        """Weight `name` taken by the plan (in its stored dtype); a buffer of its own unless part of a stack."""
+        dtype = stored_dtype(name.rsplit(".", 1)[-1], self.cfg.weight_dtype)
+        self.weights[name] = Buffer(tuple(shape), "weight", dtype)
+        return self.add(name, shape, "weight", self.weights[name].dtype) if buffer else name
+
+    def stack(self, name: str, parts: Iterable[str], shape: tuple[int, ...]) -> str:
+        """A weight buffer holding `parts` (weights taken, without buffers of their own) stacked row-wise."""
+        self.stacks[name] = tuple(parts)
+        return self.add(name, shape, "weight", self.cfg.weight_dtype)
 
     def add(self, name: str, shape: tuple[int, ...], role: str, dtype: str = "float32", base: str = "", start: int = 0):
         if name in self.buffers:
@@ -216,8 +233,31 @@ class _Builder:
             start += math.prod(shape)
         return names
 
+    def nest(self, prefix: str, sub: Plan, inputs: Mapping[str, str]) -> str:
+        """`sub`'s buffers, weights and launches under `prefix`, its inputs bound to this plan's buffers `inputs`
+        (by the sub-plan's input name); returns the name of its output."""
+        names = dict(inputs)
+        for name, buffer in sub.buffers.items():
+            if buffer.role == "input":
+                continue
+            names[name] = prefix + name
+            if buffer.role == "weight":
+                continue
+            base = names[buffer.base] if buffer.base else ""
+            self.add(prefix + name, buffer.shape, buffer.role, buffer.dtype, base, buffer.start)
+        for name, w in sub.weights.items():
+            self.weights[prefix + name] = w
+            if name in sub.buffers:
+                self.add(prefix + name, w.shape, "weight", w.dtype)
+        for name, parts in sub.stacks.items():
+            self.stacks[prefix + name] = tuple(prefix + part for part in parts)
+            self.add(prefix + name, sub.buffers[name].shape, "weight", sub.buffers[name].dtype)
+        for launch in sub.launches:
+            self.launch(launch.op, **{arg: names[buffer] for arg, buffer in launch.args.items()})
+        return names[sub.out]
+
     def done(self, out: str) -> Plan:
-        return Plan(self.kind, dict(self.buffers), tuple(self.launches), out, self.stacked)
+        return Plan(self.kind, dict(self.buffers), tuple(self.launches), out, dict(self.weights), dict(self.stacks))
 
 
 def gdn(cfg: DecodeConfig) -> Plan:
@@ -227,6 +267,7 @@ def gdn(cfg: DecodeConfig) -> Plan:
     m, B = cfg.model, cfg.batch
     hv, dv = m.n_v_heads, m.head_v_dim
     p = _Builder("gdn", cfg, "in_proj")
+    p.mixer_inputs()
     conv_state = p.state("conv_state", cfg.slots, m.conv_dim, m.conv_kernel - 1)
     p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim, dtype=cfg.state_dtype)
     fused = p.fusions.gdn_stages
@@ -258,6 +299,7 @@ def attention(cfg: DecodeConfig) -> Plan:
     m, B = cfg.model, cfg.batch
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     p = _Builder("attention", cfg, "qkv_proj")
+    p.mixer_inputs()
     for cache in ("k_cache", "v_cache"):
         p.state(cache, cfg.slots, cfg.max_len, hkv, d, dtype=cfg.kv_dtype)
     projections = [("q_proj", "q_gate", (B, hq, 2 * d)), ("k_proj", "k", (B, hkv, d)), ("v_proj", "v", (B, hkv, d))]
@@ -287,6 +329,73 @@ def attention(cfg: DecodeConfig) -> Plan:
 
 
 PLANS = {"gdn": gdn, "attention": attention}
+
+# The model step's per-lane inputs besides the token ids, slots and positions: name -> (shape at (batch, max_len),
+# dtype). Sampling parameters (ops/sample.py), the lanes' prompts and limits and the stop list (ops/advance.py).
+LANE_INPUTS = {
+    "temperature": (lambda B, L: (B,), "float32"),
+    "top_k": (lambda B, L: (B,), "int32"),
+    "top_p": (lambda B, L: (B,), "float32"),
+    "seed": (lambda B, L: (B,), "int64"),
+    "steps": (lambda B, L: (B,), "int64"),
+    "prompts": (lambda B, L: (B, L), "int32"),
+    "prompt_lens": (lambda B, L: (B,), "int32"),
+    "limits": (lambda B, L: (B,), "int32"),
+    "stop_ids": (lambda B, L: (STOP_IDS,), "int32"),
+}
+
+
+def model(cfg: DecodeConfig) -> Plan:
+    """The whole model's step, token ids in, next token ids out (Hugging Face's `Qwen3_5ForCausalLM`, docs/math.md):
+    embedding -> per layer: RMSNorm (with the residual add from the second layer on), its mixer's plan (under
+    `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
+    epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
+    `sample` -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on."""
+    m, B = cfg.model, cfg.batch
+    if m.intermediate_size is None:
+        raise ValueError(f"{m.name}: no dense MLP (mixture-of-experts models are not planned)")
+    p = _Builder("model", cfg)
+    for name, dtype in (("ids", "int32"), ("slots", "int32"), ("positions", "int32")):
+        p.add(name, (B,), "input", dtype)
+    for name, (shape, dtype) in LANE_INPUTS.items():
+        p.add(name, shape(B, cfg.max_len), "input", dtype)
+    outer = model_weights(m)
+    p.weight("embed_tokens", outer["embed_tokens"])
+    p.weight("norm", outer["norm"])
+    if m.tie_word_embeddings:
+        p.view("embed_tokens", *outer["lm_head"], name="lm_head")
+    else:
+        p.weight("lm_head", outer["lm_head"])
+    hidden, normed, mlp_in = p.act("hidden", B, m.hidden), p.act("normed", B, m.hidden), p.act("mlp_in", B, m.hidden)
+    mlp_act, mlp_out = p.act("mlp_act", B, m.intermediate_size), p.act("mlp_out", B, m.hidden)
+    p.launch("embedding", ids="ids", table="embed_tokens", rows=hidden)
+    step = {"slots": "slots", "positions": "positions"}
+    for i, kind in enumerate(m.layer_types):
+        prefix, block = f"layers.{i}.", block_weights(m)
+        for name in ("input_layernorm", "post_attention_layernorm", "down_proj"):
+            p.weight(prefix + name, block[name])
+        parts = (prefix + "gate_proj", prefix + "up_proj")
+        for part in parts:
+            p.weight(part, block[part.rsplit(".", 1)[-1]], buffer=False)
+        gate_up = p.stack(prefix + "gate_up_proj", parts, m.projections["gate_up_proj"])
+        if i == 0:
+            p.launch("rmsnorm", x=hidden, weight=prefix + "input_layernorm", y=normed)
+        else:
+            p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight=prefix + "input_layernorm", y=normed)
+        out = p.nest(prefix, PLANS[kind](cfg), {"x": normed, **step})
+        p.launch("add_rmsnorm", x=out, residual=hidden, weight=prefix + "post_attention_layernorm", y=mlp_in)
+        p.launch("gemv_gate_up_proj_swiglu", w=gate_up, x=mlp_in, y=mlp_act)
+        p.launch("gemv_down_proj", w=prefix + "down_proj", x=mlp_act, y=mlp_out)
+    p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight="norm", y=normed)
+    logits = p.act("logits", B, m.vocab_size)
+    p.launch("gemv_lm_head", w="lm_head", x=normed, y=logits)
+    sampled = p.add("sampled", (B,), "act", "int32")
+    draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}
+    p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled)
+    lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}
+    events = p.add("events", (2, B), "act", "int32")
+    p.launch("advance", sampled=sampled, **lanes, ids="ids", events=events)
+    return p.done(events)
 
 
 def layer_kinds(cfg: DecodeConfig) -> tuple[str, ...]:

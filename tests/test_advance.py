@@ -9,7 +9,7 @@ from conftest import CASES
 from cuda_emu import emulated, lower
 
 from gdn_tvm.codegen.compile import compile_op
-from gdn_tvm.ops.advance import STOP_IDS
+from gdn_tvm.config import STOP_IDS
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import llvm
 

@@ -306,12 +306,14 @@ def test_every_preset_pattern_period_decodes(name, rng):
 
 def test_weights_on_the_device_are_shared_not_copied():
     """Contiguous, 64-byte aligned arrays already on the device are used through DLPack; others are copied."""
+    from gdn_tvm.plan import Buffer
     from gdn_tvm.runtime.weights import upload
 
     buf = np.zeros(64 * 64 + 16, np.float32)
     start = (-buf.ctypes.data % 64) // 4
     aligned, misaligned = buf[start : start + 4096].reshape(64, 64), buf[start + 1 : start + 4097].reshape(64, 64)
-    uploaded = upload({"aligned": aligned, "misaligned": misaligned, "strided": aligned[:, ::2]}, tvm.cpu())
+    given = {"aligned": aligned, "misaligned": misaligned, "strided": aligned[:, ::2]}
+    uploaded = upload(given, {name: Buffer(w.shape, "weight") for name, w in given.items()}, tvm.cpu())
     buf[:] = 1.0
     assert uploaded["aligned"].numpy().min() == 1.0
     assert uploaded["misaligned"].numpy().max() == 0.0 and uploaded["strided"].numpy().max() == 0.0

@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 from gdn_tvm.config import STACKED, DecodeConfig, preset
-from gdn_tvm.plan import fusions, step_ops
+from gdn_tvm.plan import attention, fusions, step_ops
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.runtime.weights import random_weights, unstack, upload
 from gdn_tvm.signature import ArgumentError
@@ -40,7 +40,7 @@ def test_upload_stacks_on_the_device_and_unstack_inverts_it(rng, kind):
     m = preset("qwen3.5-0.8b")
     w = random_weights(m, "attention", rng)
     given = {n: _as(kind, a) for n, a in w.items()}
-    stacked = upload(given, tvm.cpu(), "qkv_proj")
+    stacked = upload(given, attention(DecodeConfig(m)).weights, tvm.cpu(), {"qkv_proj": STACKED["qkv_proj"]})
     assert set(stacked) == set(w) - set(STACKED["qkv_proj"]) | {"qkv_proj"}
     assert stacked["qkv_proj"].shape == m.projections["qkv_proj"]
     np.testing.assert_array_equal(stacked["qkv_proj"].numpy(), np.concatenate([w[p] for p in STACKED["qkv_proj"]]))

@@ -19,10 +19,8 @@ import functools
 import numpy as np
 from tvm.script import tirx as T
 
-from gdn_tvm.config import DecodeConfig
+from gdn_tvm.config import STOP_IDS, DecodeConfig
 from gdn_tvm.signature import Arg
-
-STOP_IDS = 8  # entries of `stop_ids` (a model's EOS ids, padded with -1)
 
 
 def _steps(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:

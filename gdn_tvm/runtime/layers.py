@@ -1,4 +1,4 @@
-"""A layer's plan (`gdn_tvm.plan`) bound to compiled kernels and device memory: one decode step of a mixer.
+"""A plan (`gdn_tvm.plan`: a mixer layer's, or the whole model's) bound to compiled kernels and device memory.
 
 Binding allocates the plan's activations and states once, uploads its weights, makes its views, and checks every
 launch's buffers against its kernel's signature; each step replays the bound launches: no shape logic and no
@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import tvm
+from tvm.runtime import Tensor
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import PLANS, Buffer, Plan
@@ -33,24 +34,23 @@ class StepBuffers:
 
 
 class Layer:
-    """`plan` bound: `x` [B, hidden] in (the caller's tensor), `out` [B, hidden] out.
+    """`plan` bound: its inputs are the caller's tensors (`inputs`, by plan name), `out` its output.
 
     `launched` names the bound launches' ops and `launches` holds their (function, arguments), in order; `states`
-    are the plan's state pools, `tensors` every bound buffer by plan name."""
+    are the plan's state pools, `tensors` every bound buffer by plan name, `weights` the uploaded weights."""
 
     def __init__(
-        self, plan: Plan, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor
+        self, plan: Plan, cfg: DecodeConfig, kernels: Kernels, weights: Mapping, inputs: Mapping[str, Tensor]
     ):
-        check_weights(cfg.model, plan.kind, weights, cfg.weight_dtype)
+        check_weights(plan.weights, weights, plan.kind)
         self.kind, self.cfg = plan.kind, cfg
-        self.device = x.device
-        self.weights = upload(weights, self.device, plan.stacked, cfg.weight_dtype)
-        inputs = {"x": x, "slots": io.slots, "positions": io.positions}
+        self.device = next(iter(inputs.values())).device
+        self.weights = upload(weights, plan.weights, self.device, plan.stacks)
         self.tensors: dict[str, tvm.runtime.Tensor] = {}
         self.states: list[tvm.runtime.Tensor] = []
         for name, buffer in plan.buffers.items():
             self.tensors[name] = self._tensor(name, buffer, inputs)
-        self.x, self.out = x, self.tensors[plan.out]
+        self.x, self.out = self.tensors.get("x"), self.tensors[plan.out]
         self.launches: list[tuple[Callable, list]] = []
         self.launched: list[str] = []
         for launch in plan.launches:
@@ -99,5 +99,5 @@ class Layer:
 def bind_layer(
     kind: str, cfg: DecodeConfig, kernels: Kernels, weights: dict, io: StepBuffers, x: tvm.runtime.Tensor
 ) -> Layer:
-    """The `kind` layer's plan for `cfg`, bound."""
-    return Layer(PLANS[kind](cfg), cfg, kernels, weights, io, x)
+    """The `kind` mixer's plan for `cfg`, bound to input `x` and the step buffers `io`."""
+    return Layer(PLANS[kind](cfg), cfg, kernels, weights, {"x": x, "slots": io.slots, "positions": io.positions})

@@ -7,12 +7,13 @@ bf16, once, where it lives (numpy on the host, a torch tensor on its device)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
-from gdn_tvm.plan import WEIGHTS, stored_dtype
+from gdn_tvm.plan import WEIGHTS, Buffer
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
 
@@ -35,18 +36,17 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
     return out
 
 
-def check_weights(m: ModelConfig, kind: str, weights: dict, weight_dtype: str = "float32") -> None:
-    """Every weight present, of its shape, in its stored dtype at `weight_dtype` (or float32), finite; the error
-    names the weight."""
-    shapes = WEIGHTS[kind](m)
-    missing = sorted(set(shapes) - set(weights))
+def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -> None:
+    """Every weight of `expected` (a plan's `weights`: name -> shape and stored dtype) present, of its shape, in its
+    stored dtype (or float32), finite; the error names the weight (`what`: whose weights, for a missing one)."""
+    missing = sorted(set(expected) - set(weights))
     if missing:
-        raise ArgumentError(f"{kind} weights: missing {missing}")
-    for name, shape in shapes.items():
+        raise ArgumentError(f"{what} weights: missing {missing}")
+    for name, want in expected.items():
         w = weights[name]
-        if tuple(w.shape) != shape:
-            raise ArgumentError(f"weight {name}: expected shape {shape}, got {tuple(w.shape)}")
-        accepted = dict.fromkeys((stored_dtype(name, weight_dtype), "float32"))
+        if tuple(w.shape) != want.shape:
+            raise ArgumentError(f"weight {name}: expected shape {want.shape}, got {tuple(w.shape)}")
+        accepted = dict.fromkeys((want.dtype, "float32"))
         if _dtype(w) not in accepted:
             raise ArgumentError(f"weight {name}: expected {' or '.join(accepted)}, got {_dtype(w)}")
         finite = bool(w.isfinite().all()) if hasattr(w, "isfinite") else np.isfinite(to_host(w)).all()  # torch: there
@@ -68,26 +68,27 @@ def unstack(m: ModelConfig, weights: dict) -> dict:
 
 
 def upload(
-    weights: dict, device: tvm.runtime.Device, stacked: str = "", weight_dtype: str = "float32"
+    weights: Mapping, expected: Mapping[str, Buffer], device: tvm.runtime.Device, stacks: Mapping[str, tuple] = {}
 ) -> dict[str, tvm.runtime.Tensor]:
-    """Weights (checked by `check_weights`) as tensors on `device`, in their stored dtypes at `weight_dtype`: arrays
+    """Weights (checked by `check_weights` against `expected`) as tensors on `device`, in their stored dtypes: arrays
     already there in that dtype (numpy on the CPU, torch on the GPU, TVM tensors) are shared through DLPack without
-    a copy when contiguous and 64-byte aligned; the rest are copied, float32 ones rounded first where they live.
-    With `stacked` (a `STACKED` name), its projections become one tensor of that name, each part's rows copied once
-    into it from wherever the part lives (device to device for a GPU tensor)."""
-    parts = STACKED.get(stacked, ())
-    weights = {name: _stored(w, stored_dtype(name, weight_dtype)) for name, w in weights.items()}
-    out = {name: _on_device(w, device) for name, w in weights.items() if name not in parts}
-    if parts:
+    a copy when contiguous and 64-byte aligned; the rest are copied, float32 ones rounded first where they live. Each
+    of `stacks` (name -> parts) becomes one tensor of that name, each part's rows copied once into it from wherever
+    the part lives (device to device for a GPU tensor)."""
+    stacked = {part for parts in stacks.values() for part in parts}
+    weights = {name: _stored(weights[name], w.dtype) for name, w in expected.items()}
+    out = {name: _on_device(w, device) for name, w in weights.items() if name not in stacked}
+    for name, parts in stacks.items():
         shapes = [tuple(weights[p].shape) for p in parts]
-        whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), weight_dtype, device)
+        dtype = expected[parts[0]].dtype
+        whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), dtype, device)
         start = 0
         for part, shape in zip(parts, shapes, strict=True):
             w = weights[part]
             source = _on_device(w, device) if _lives_on(w, device) else np.ascontiguousarray(to_host(w))
             row_view(whole, start, shape).copyfrom(source)
             start += math.prod(shape)
-        out[stacked] = whole
+        out[name] = whole
     return out
 
 
