@@ -4,7 +4,7 @@ STAMP   := .venv/.installed
 PYTEST  := $(PY) -m pytest
 JOBS    ?= 2
 
-.PHONY: help install tune build test test-gpu bench report bench-prebuild lint format clean
+.PHONY: help install tune build generate test test-gpu bench report bench-prebuild lint format clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ tune: $(STAMP)  ## MetaSchedule-tune the ops a decode step launches (default pre
 
 build: $(STAMP)  ## apply tuning_logs/ strictly, export build/<target>/<preset>-B<B>-S<S>-L<L>-sl<split>-<mapping>/ (.so + manifest); ARGS="--help"
 	$(PY) -m gdn_tvm.export $(ARGS)
+
+generate: $(STAMP)  ## decode with the whole model (a checkpoint, or a preset's random weights); ARGS="--help"
+	$(PY) -m gdn_tvm.generate $(ARGS)
 
 test: $(STAMP)  ## CPU (llvm) and compile-only CUDA tests; GPU tests are skipped without a GPU
 	$(PYTEST) -n $(JOBS) -q

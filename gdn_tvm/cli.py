@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gdn_tvm.config import DEFAULT_PRESET, DTYPE_FIELDS, DTYPES, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
-from gdn_tvm.plan import step_ops
+from gdn_tvm.plan import model, step_ops
 from gdn_tvm.registry import OPS
 
 
@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     parser.add_argument(
         "--ops",
-        help=f"comma-separated registry op names, or 'all' (the {len(OPS)} registry ops); "
-        "default: the ops a decode step of these shapes launches (gdn_tvm.plan)",
+        help=f"comma-separated registry op names, 'all' (the {len(OPS)} registry ops) or 'model' (the whole model's "
+        "step, for `python -m gdn_tvm.generate --library`); default: the ops a mixer step launches (gdn_tvm.plan)",
     )
 
 
@@ -48,6 +48,8 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
         return step_ops(cfg)
     if args.ops == "all":
         return list(OPS)
+    if args.ops == "model":
+        return model(cfg).ops
     names = args.ops.split(",")
     unknown = [n for n in names if n not in OPS]
     if unknown:

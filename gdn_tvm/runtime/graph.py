@@ -12,7 +12,8 @@ from collections.abc import Callable
 import tvm_ffi
 
 
-def _check(result):
+def cuda_check(result):
+    """The value of a cuda-bindings runtime call (its error code checked)."""
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
         raise RuntimeError(f"CUDA runtime error {err}")
@@ -20,7 +21,9 @@ def _check(result):
 
 
 class CudaGraph:
-    """`CudaGraph(run, launches)` captures `run()` once on its own stream; `replay()` launches the graph.
+    """`CudaGraph(run, launches)` captures `run()` once on its own stream (or `stream`, shared with other graphs so
+    their replays are ordered), then `then(stream)` where given (e.g. a copy of results to pinned host memory);
+    `replay()` launches the graph.
 
     The stream is a blocking one, ordered with the legacy default stream that host<->device copies use,
     so inputs written with `copyfrom` before `replay()` are seen by the graph and results read after it
@@ -28,44 +31,54 @@ class CudaGraph:
     went to another stream ran once, eagerly, and would be missing from every replay).
     """
 
-    def __init__(self, run: Callable[[], object], launches: int, device_id: int = 0):
+    def __init__(
+        self,
+        run: Callable[[], object],
+        launches: int,
+        device_id: int = 0,
+        then: Callable[[object], None] | None = None,
+        stream: object | None = None,
+    ):
         from cuda.bindings import runtime as cudart
 
         self._cudart = cudart
-        _check(cudart.cudaSetDevice(device_id))
-        self.stream = _check(cudart.cudaStreamCreate())
+        cuda_check(cudart.cudaSetDevice(device_id))
+        self._owns_stream = stream is None
+        self.stream = cuda_check(cudart.cudaStreamCreate()) if stream is None else stream
         dev = tvm_ffi.device(f"cuda:{device_id}")
-        _check(
+        cuda_check(
             cudart.cudaStreamBeginCapture(self.stream, cudart.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal)
         )
         try:
             with tvm_ffi.use_raw_stream(dev, int(self.stream)):
                 run()
+            if then is not None:
+                then(self.stream)
         finally:
-            graph = _check(cudart.cudaStreamEndCapture(self.stream))
+            graph = cuda_check(cudart.cudaStreamEndCapture(self.stream))
         self.graph = graph
-        _, nodes = _check(cudart.cudaGraphGetNodes(graph, 0))
+        _, nodes = cuda_check(cudart.cudaGraphGetNodes(graph, 0))
         if nodes < launches:
             raise RuntimeError(
                 f"CUDA graph capture recorded {nodes} nodes for {launches} kernel calls: "
                 "a call launched outside the capturing stream"
             )
-        self.exec = _check(cudart.cudaGraphInstantiate(graph, 0))
+        self.exec = cuda_check(cudart.cudaGraphInstantiate(graph, 0))
 
     def replay(self) -> None:
-        _check(self._cudart.cudaGraphLaunch(self.exec, self.stream))
+        cuda_check(self._cudart.cudaGraphLaunch(self.exec, self.stream))
 
     def elapsed(self, replays: int) -> float:
         """Seconds that `replays` back-to-back replays take on the GPU (CUDA events around them)."""
         cudart = self._cudart
-        start, end = _check(cudart.cudaEventCreate()), _check(cudart.cudaEventCreate())
+        start, end = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
         try:
-            _check(cudart.cudaEventRecord(start, self.stream))
+            cuda_check(cudart.cudaEventRecord(start, self.stream))
             for _ in range(replays):
                 self.replay()
-            _check(cudart.cudaEventRecord(end, self.stream))
-            _check(cudart.cudaEventSynchronize(end))
-            return _check(cudart.cudaEventElapsedTime(start, end)) / 1e3
+            cuda_check(cudart.cudaEventRecord(end, self.stream))
+            cuda_check(cudart.cudaEventSynchronize(end))
+            return cuda_check(cudart.cudaEventElapsedTime(start, end)) / 1e3
         finally:
             cudart.cudaEventDestroy(start)
             cudart.cudaEventDestroy(end)
@@ -78,4 +91,5 @@ class CudaGraph:
             cudart.cudaGraphExecDestroy(self.exec)
         if hasattr(self, "graph"):
             cudart.cudaGraphDestroy(self.graph)
-        cudart.cudaStreamDestroy(self.stream)
+        if self._owns_stream:
+            cudart.cudaStreamDestroy(self.stream)

@@ -39,9 +39,7 @@ class Layer:
     `launched` names the bound launches' ops and `launches` holds their (function, arguments), in order; `states`
     are the plan's state pools, `tensors` every bound buffer by plan name, `weights` the uploaded weights."""
 
-    def __init__(
-        self, plan: Plan, cfg: DecodeConfig, kernels: Kernels, weights: Mapping, inputs: Mapping[str, Tensor]
-    ):
+    def __init__(self, plan: Plan, cfg: DecodeConfig, kernels: Kernels, weights: Mapping, inputs: Mapping[str, Tensor]):
         check_weights(plan.weights, weights, plan.kind)
         self.kind, self.cfg = plan.kind, cfg
         self.device = next(iter(inputs.values())).device
@@ -69,6 +67,8 @@ class Layer:
         if buffer.role == "state":
             self.states.append(tvm.runtime.tensor(np.zeros(buffer.shape, buffer.dtype), self.device))
             return self.states[-1]
+        if np.dtype(buffer.dtype).kind in "iu":  # token ids and the like: valid (0) before their first write
+            return tvm.runtime.tensor(np.zeros(buffer.shape, buffer.dtype), self.device)
         return tvm.runtime.empty(buffer.shape, buffer.dtype, self.device)
 
     def _bind(self, name: str, values: dict, kernels: Kernels) -> None:

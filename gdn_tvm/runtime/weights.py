@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
-from gdn_tvm.plan import WEIGHTS, Buffer
+from gdn_tvm.plan import WEIGHTS, Buffer, block_weights, model_weights
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
 
@@ -34,6 +34,30 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
             w *= np.float32(1 / np.sqrt(shape[1] if name == "conv1d" else shape[-1]))
         out[name] = w.astype(np.float32, copy=False)
     return out
+
+
+def random_model_weights(m: ModelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float32 weights of the whole model by `plan.model` name (`layers.<i>.<name>`, `embed_tokens`, `norm`,
+    `lm_head` where untied), scaled like a trained model's."""
+    out = {}
+    for i, kind in enumerate(m.layer_types):
+        out |= {f"layers.{i}.{k}": v for k, v in random_weights(m, kind, rng).items()}
+        for name, shape in block_weights(m).items():
+            out[f"layers.{i}.{name}"] = _random(rng, name, shape)
+    for name, shape in model_weights(m).items():
+        if not (name == "lm_head" and m.tie_word_embeddings):
+            out[name] = _random(rng, name, shape)
+    return out
+
+
+def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A norm's effective weight near 1, or a matrix with rows of about unit norm (the embedding: unit entries)."""
+    if len(shape) == 1:
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    w = rng.standard_normal(shape, dtype=np.float32)
+    if name != "embed_tokens":
+        w *= np.float32(1 / np.sqrt(shape[1]))
+    return w
 
 
 def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -> None:

@@ -1,0 +1,141 @@
+"""`python -m gdn_tvm.generate`: decode text (or token ids) with the whole model, streaming tokens as they come.
+
+  python -m gdn_tvm.generate --checkpoint DIR --prompt "The capital of France is" --max-new-tokens 64
+  python -m gdn_tvm.generate --preset qwen3.5-0.8b --random-weights --prompt-ids 1,2,3 --batch 8   # speed runs
+
+Weights come from a Hugging Face checkpoint directory (its `tokenizer.json` through the `tokenizers` package, its
+EOS ids from `generation_config.json` or `config.json`) or are random at a preset's sizes. Kernels come from a build
+(`--library`, `make build` with `--ops model`) or are compiled here from the hand schedules. `--batch` decodes that
+many copies of the prompt together (seeds `seed`, `seed + 1`, ...). Ends with the prompt's and the decode's tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gdn_tvm.config import DTYPE_FIELDS, DTYPES, PRESETS, DecodeConfig, preset
+from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
+from gdn_tvm.runtime.weights import random_model_weights
+
+
+def _arguments() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gdn_tvm.generate", description=__doc__.split("\n")[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a Hugging Face Qwen3.5 checkpoint directory")
+    source.add_argument("--preset", choices=sorted(PRESETS), help="random weights at a preset's sizes")
+    p.add_argument("--random-weights", action="store_true", help="required with --preset: says the weights are noise")
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="text (needs the checkpoint's tokenizer.json)")
+    prompt.add_argument("--prompt-ids", help="comma-separated token ids")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="0: off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1: off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int, default=1, help="copies of the prompt decoded together")
+    p.add_argument("--max-len", type=int, default=4096, help="KV rows per lane")
+    p.add_argument("--split-len", type=int, default=DecodeConfig.split_len)
+    for field in DTYPE_FIELDS:
+        default = getattr(DecodeConfig, field)
+        p.add_argument(f"--{field.replace('_', '-')}", default=default, choices=DTYPES, help=f"default {default}")
+    p.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
+    p.add_argument("--library", help="a build (manifest, build folder or build root) holding the model's kernels")
+    p.add_argument("--no-graph", action="store_true", help="CUDA: launch eagerly instead of replaying a CUDA graph")
+    return p
+
+
+def _stop_ids(checkpoint: Path) -> list[int]:
+    """EOS ids of a checkpoint: `generation_config.json`'s, else `config.json`'s (an int or a list)."""
+    for name in ("generation_config.json", "config.json"):
+        file = checkpoint / name
+        if file.exists():
+            config = json.loads(file.read_text())
+            eos = config.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
+            if eos is not None:
+                return [eos] if isinstance(eos, int) else list(eos)
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tvm
+
+    from gdn_tvm.plan import model as model_plan
+    from gdn_tvm.runtime.checkpoint import load_checkpoint
+    from gdn_tvm.target import cuda, gpu_present, llvm
+
+    parser = _arguments()
+    args = parser.parse_args(argv)
+    if args.preset and not args.random_weights:
+        parser.error("--preset decodes random weights: add --random-weights (or give --checkpoint)")
+    dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
+    tokenizer, stops = None, []
+    if args.checkpoint:
+        ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
+        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), _stop_ids(Path(args.checkpoint))
+        if (Path(args.checkpoint) / "tokenizer.json").exists():
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(Path(args.checkpoint) / "tokenizer.json"))
+    else:
+        m = preset(args.preset)
+        weights = random_model_weights(m, np.random.default_rng(args.seed))
+    if args.prompt is not None:
+        if tokenizer is None:
+            parser.error("--prompt needs a checkpoint with tokenizer.json; give --prompt-ids")
+        ids = tokenizer.encode(args.prompt).ids
+    else:
+        ids = [int(t) for t in args.prompt_ids.split(",")]
+    cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
+    on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
+    target = cuda() if on_gpu else llvm()
+    started = time.perf_counter()
+    if args.library:
+        from gdn_tvm.runtime.module import load
+
+        kernels = load(args.library, cfg, target.kind.name)
+    else:
+        from gdn_tvm.codegen.compile import build_kernels
+
+        kernels = build_kernels(cfg, target, model_plan(cfg).ops)
+    device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
+    model = Model(cfg, kernels, device, weights, stops)
+    if on_gpu and not args.no_graph:
+        model.capture()
+    print(
+        f"ready in {time.perf_counter() - started:.1f} s ({target.kind.name}, {m.name}, B={args.batch})",
+        file=sys.stderr,
+    )
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **sampling) for i in range(args.batch)]
+    arrivals: list[float] = []
+
+    def on_token(index: int, token: int) -> None:
+        arrivals.append(time.perf_counter())
+        if index == 0 and args.batch == 1:
+            print(tokenizer.decode([token]) if tokenizer else f"{token} ", end="", flush=True)
+
+    start = time.perf_counter()
+    out = model.generate(requests, on_token)
+    print()
+    if args.batch > 1:
+        for i, tokens in enumerate(out):
+            print(f"[{i}] " + (tokenizer.decode(tokens) if tokenizer else " ".join(map(str, tokens))))
+    if arrivals:
+        first, last = arrivals[0] - start, arrivals[-1] - arrivals[0]
+        decoded = len(arrivals) - args.batch  # tokens after each lane's first
+        prompt_rate = len(ids) * args.batch / first
+        decode_rate = decoded / last if last > 0 else float("nan")
+        prompt_line = f"prompt: {len(ids)} tokens x {args.batch} in {first * 1e3:.1f} ms ({prompt_rate:.1f} tokens/s)"
+        decode_line = f"decode: {decoded} tokens in {last * 1e3:.1f} ms ({decode_rate:.1f} tokens/s)"
+        print(f"{prompt_line}; {decode_line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

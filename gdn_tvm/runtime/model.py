@@ -1,0 +1,284 @@
+"""Model: the whole model's plan (`plan.model`) bound, decoding requests lane by lane with nothing but token ids and
+finish flags crossing to the host.
+
+A step is one launch sequence (one CUDA graph once captured): token ids in, next token ids out, every lane's
+position, sampling counter and finish advanced on the device (ops/advance.py). A request is started on a free lane
+(its prompt, budget and sampling parameters written to that lane's rows, a free slot's states zeroed); the prompt goes
+in through the same step a token at a time. The host reads back one small `events` buffer per step ([2, B]: the token
+each lane emitted, and whether it finished): on CUDA each of two captured graphs ends by copying it into its own
+pinned host buffer, so the host reads step t - 1's events while step t runs and never waits for the GPU between
+tokens. Finished lanes and their slots are handed to the next requests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from gdn_tvm.config import STOP_IDS, DecodeConfig
+from gdn_tvm.plan import LANE_INPUTS
+from gdn_tvm.plan import model as model_plan
+from gdn_tvm.runtime.checkpoint import Checkpoint
+from gdn_tvm.runtime.graph import CudaGraph, cuda_check
+from gdn_tvm.runtime.layers import Kernels, Layer
+from gdn_tvm.signature import ArgumentError
+
+# The lanes' inputs at rest: no lane active (slot -1), sampling greedy, no stop ids (-1), valid everywhere else.
+_AT_REST = {"slots": -1, "top_p": 1.0, "prompt_lens": 1, "limits": 1, "stop_ids": -1}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sequence to decode: `prompt` token ids (at least one), then up to `max_new_tokens` sampled ones (fewer at a
+    stop id or the cache's end). `temperature <= 0` is greedy; `top_k <= 0` and `top_p >= 1` are off; `seed` keys the
+    lane's random numbers (ops/sample.py), so a request decodes the same tokens on any lane, eagerly or replayed."""
+
+    prompt: Sequence[int]
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+class Model:
+    """The model's plan bound to `kernels` on `device` with `weights` (by plan name: `checkpoint_weights`,
+    `random_model_weights`); `stop_ids`: the token ids that end a request (EOS), at most `STOP_IDS`.
+
+    `generate(requests)` decodes them all, lanes refilled as requests finish. Lower level: `start(request)` takes a
+    free lane, `launch()` runs one step, `events()` reads the events of the step launched last."""
+
+    def __init__(
+        self,
+        cfg: DecodeConfig,
+        kernels: Kernels,
+        device: tvm.runtime.Device,
+        weights: Mapping,
+        stop_ids: Iterable[int] = (),
+    ):
+        self.cfg, self.device = cfg, device
+        plan = model_plan(cfg)
+        B, V = cfg.batch, cfg.model.vocab_size
+        stops = [int(s) for s in stop_ids]
+        if len(stops) > STOP_IDS or any(not 0 <= s < V for s in stops):
+            raise ArgumentError(f"stop_ids: expected at most {STOP_IDS} ids in [0, {V}), got {stops}")
+        self.inputs: dict[str, tvm.runtime.Tensor] = {}
+        for name in ("ids", "slots", "positions", *LANE_INPUTS):
+            buffer = plan.buffers[name]
+            rest = np.full(buffer.shape, _AT_REST.get(name, 0), buffer.dtype)
+            if name == "stop_ids":
+                rest[: len(stops)] = stops
+            self.inputs[name] = tvm.runtime.tensor(rest, device)
+        self.bound = Layer(plan, cfg, kernels, weights, self.inputs)
+        self.logits = self.bound.tensors["logits"]
+        self._events = self.bound.out
+        self._free_lanes, self._free_slots = deque(range(B)), deque(range(cfg.slots))
+        self._lane_slot: dict[int, int] = {}
+        self._readback: _Eager | _Graphs = _Eager(self.bound, self._events)
+
+    def capture(self) -> None:
+        """Capture the step as two CUDA graphs (each copying its events to its own pinned host buffer); later steps
+        replay them in turn. One eager step with no lane active first loads every kernel."""
+        if self._lane_slot:
+            raise RuntimeError("capture() with lanes in flight: capture before starting requests")
+        self.bound.run()
+        self._readback = _Graphs(self.bound, self._events, self.device.index)
+
+    def start(self, request: Request, slot: int | None = None) -> int:
+        """Put `request` on a free lane with a free slot (`slot`, or the one free longest), its states zeroed; returns
+        the lane. `ArgumentError` names the field of a bad request or a slot in use, before anything is written;
+        `RuntimeError` when no lane is free."""
+        prompt = self._check(request)
+        if not self._free_lanes:
+            raise RuntimeError(f"all {self.cfg.batch} lanes are busy")
+        if slot is not None and slot not in self._free_slots:
+            raise ArgumentError(f"slot={slot} is not a free slot (free: {sorted(self._free_slots)})")
+        slot = self._free_slots.popleft() if slot is None else slot
+        if slot in self._free_slots:
+            self._free_slots.remove(slot)
+        lane = self._free_lanes.popleft()
+        self.bound.reset_slot(slot)
+        n, L = len(prompt), self.cfg.max_len
+        row = np.zeros(L, np.int32)
+        row[:n] = prompt
+        values = {
+            "prompts": row,
+            "prompt_lens": n,
+            "limits": min(n + request.max_new_tokens - 1, L),
+            "temperature": request.temperature,
+            "top_k": request.top_k,
+            "top_p": request.top_p,
+            "seed": request.seed,
+            "steps": 0,
+            "ids": prompt[0],
+            "positions": 0,
+            "slots": slot,  # last: the lane is live from here
+        }
+        for name, value in values.items():
+            _write_row(self.inputs[name], lane, value)
+        self._lane_slot[lane] = slot
+        return lane
+
+    def launch(self) -> int:
+        """Launch one step for every live lane (replayed where captured); returns the ticket `events` takes. The host
+        does not wait: the step's events come back behind it."""
+        return self._readback.launch()
+
+    def events(self, ticket: int) -> np.ndarray:
+        """[2, B] int32 of the step launched with `ticket` (waiting for it; read each before launching two more): the
+        token each lane emitted (-1: none) and 1 where the lane finished. A finished lane and its slot are free again
+        once read."""
+        events = self._readback.wait(ticket)
+        for lane in np.flatnonzero(events[1]):
+            self._free_lanes.append(int(lane))
+            self._free_slots.append(self._lane_slot.pop(int(lane)))
+        return events
+
+    def generate(
+        self, requests: Iterable[Request], on_token: Callable[[int, int], None] | None = None
+    ) -> list[list[int]]:
+        """Decode every request, lanes refilled as they free up; returns each request's emitted tokens in order, calling
+        `on_token(request_index, token)` as each arrives. Step t + 1 is launched before step t's events are read, so the
+        GPU always has a step queued (a freed lane sits out that one step)."""
+        queue = deque(enumerate(requests))
+        for _, request in queue:
+            self._check(request)
+        out: list[list[int]] = [[] for _ in queue]
+        owner: dict[int, int] = {}  # lane -> request index
+        previous = None
+        while queue or owner:
+            while queue and self._free_lanes:
+                index, request = queue.popleft()
+                owner[self.start(request)] = index
+            ticket = self.launch()
+            if previous is not None:
+                self._collect(self.events(previous), owner, out, on_token)
+            previous = ticket
+        if previous is not None:
+            self.events(previous)  # a step launched after the last lane finished: nothing live in it
+        return out
+
+    def _collect(self, events, owner: dict[int, int], out, on_token) -> None:
+        for lane, index in list(owner.items()):
+            token = int(events[0, lane])
+            if token >= 0:
+                out[index].append(token)
+                if on_token is not None:
+                    on_token(index, token)
+            if events[1, lane]:
+                del owner[lane]
+
+    def _check(self, request: Request) -> np.ndarray:
+        """The request's prompt as int32, after checking every field (`ArgumentError` naming it)."""
+        V, L = self.cfg.model.vocab_size, self.cfg.max_len
+        prompt = np.asarray(request.prompt)
+        if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
+            raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
+        if prompt.min() < 0 or prompt.max() >= V:
+            raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
+        if not isinstance(request.max_new_tokens, int | np.integer) or request.max_new_tokens < 1:
+            raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
+        if not np.isfinite(request.temperature):
+            raise ArgumentError(f"temperature: expected a finite number, got {request.temperature}")
+        if not 0 < request.top_p <= 1:
+            raise ArgumentError(f"top_p: expected a number in (0, 1], got {request.top_p}")
+        for name in ("top_k", "seed"):
+            value = getattr(request, name)
+            if not isinstance(value, int | np.integer) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
+                raise ArgumentError(f"{name}: expected an int, got {value!r}")
+        return prompt.astype(np.int32)
+
+
+def checkpoint_weights(checkpoint: Checkpoint) -> dict:
+    """A loaded checkpoint's arrays by `plan.model` name: layer i's mixer and block weights under `layers.<i>.`, the
+    embedding table, final norm and (untied) LM head at the top."""
+    named = dict(checkpoint.weights)
+    for i, (mixer, block) in enumerate(zip(checkpoint.layers, checkpoint.blocks, strict=True)):
+        named |= {f"layers.{i}.{k}": v for k, v in (mixer | block).items()}
+    return named
+
+
+def _write_row(tensor: tvm.runtime.Tensor, lane: int, value) -> None:
+    """`tensor[lane] = value` on the device (a row of a [B, ...] tensor)."""
+    row = tuple(tensor.shape[1:])
+    dtype = str(tensor.dtype)
+    nbytes = int(np.prod(row, dtype=np.int64)) * np.dtype(dtype).itemsize
+    tensor._create_view(row, relative_byte_offset=lane * nbytes).copyfrom(np.full(row, value, dtype))
+
+
+class _Eager:
+    """Steps launched eagerly, each one's events copied to the host right after it (a ring of two)."""
+
+    def __init__(self, bound: Layer, events: tvm.runtime.Tensor):
+        self._bound, self._events = bound, events
+        self._host: list[np.ndarray | None] = [None, None]
+        self._count = 0
+
+    def launch(self) -> int:
+        ticket, self._count = self._count % 2, self._count + 1
+        self._bound.run()
+        self._host[ticket] = self._events.numpy()
+        return ticket
+
+    def wait(self, ticket: int) -> np.ndarray:
+        events = self._host[ticket]
+        if events is None:
+            raise RuntimeError(f"events({ticket}): no step launched with that ticket")
+        return events
+
+
+class _Graphs:
+    """Two CUDA graphs of the step, replayed in turn; graph k ends by copying the events into pinned host buffer k,
+    and an event recorded behind each replay says when that copy is done."""
+
+    def __init__(self, bound: Layer, events: tvm.runtime.Tensor, device_id: int):
+        from cuda.bindings import runtime as cudart
+
+        self._cudart = cudart
+        self._nbytes = int(np.prod(events.shape)) * 4
+        self._shape = tuple(events.shape)
+        self._pinned = [cuda_check(cudart.cudaMallocHost(self._nbytes)) for _ in range(2)]
+        launches, first = len(bound.launches), None
+        self._graphs: list[CudaGraph] = []
+        for host in self._pinned:  # both on the first one's stream: replays in order
+            stream = first.stream if first else None
+            graph = CudaGraph(bound.run, launches, device_id, then=self._copier(events.data_ptr(), host), stream=stream)
+            first = first or graph
+            self._graphs.append(graph)
+        self._done = [cuda_check(cudart.cudaEventCreate()) for _ in range(2)]
+        self._count = 0
+
+    def _copier(self, src: int, dst: int) -> Callable[[object], None]:
+        cudart = self._cudart
+
+        def copy(stream) -> None:
+            kind = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+            cuda_check(cudart.cudaMemcpyAsync(dst, src, self._nbytes, kind, stream))
+
+        return copy
+
+    def launch(self) -> int:
+        ticket, self._count = self._count % 2, self._count + 1
+        graph = self._graphs[ticket]
+        graph.replay()
+        cuda_check(self._cudart.cudaEventRecord(self._done[ticket], graph.stream))
+        return ticket
+
+    def wait(self, ticket: int) -> np.ndarray:
+        cuda_check(self._cudart.cudaEventSynchronize(self._done[ticket]))
+        words = (ctypes.c_int32 * (self._nbytes // 4)).from_address(self._pinned[ticket])
+        return np.array(words, np.int32).reshape(self._shape)
+
+    def __del__(self):
+        cudart = getattr(self, "_cudart", None)
+        if cudart is None:
+            return
+        for event in getattr(self, "_done", ()):
+            cudart.cudaEventDestroy(event)
+        for host in getattr(self, "_pinned", ()):
+            cudart.cudaFreeHost(host)

@@ -1,0 +1,177 @@
+"""The whole model against Hugging Face: a tiny random Qwen3.5 made and saved by `transformers` (float32 and bf16,
+tied and untied LM head), loaded by the checkpoint loader and decoded on llvm kernels; every step's logits against
+transformers' on the same tokens, and the same greedy tokens. Also three lanes on scattered slots, one finishing
+early and its lane refilled, sampling reproducible, and requests refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from test_checkpoint import TINY
+
+from gdn_tvm.codegen.compile import build_kernels
+from gdn_tvm.config import DecodeConfig
+from gdn_tvm.plan import model as model_plan
+from gdn_tvm.runtime.checkpoint import load_checkpoint
+from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
+from gdn_tvm.signature import ArgumentError
+from gdn_tvm.target import llvm
+from gdn_tvm.verify import tolerance
+
+STEPS = 64  # decoded tokens a request
+_KERNELS: dict[DecodeConfig, dict] = {}
+
+
+def save_hf_model(path, seed: int, tied: bool, dtype: str):
+    """A tiny random `Qwen3_5ForCausalLM` saved in `dtype`; returns it in float32 holding the saved values (a bf16
+    checkpoint's weights widened: float32 math on the stored weights, as our kernels do)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TINY, tie_word_embeddings=tied))
+    with torch.no_grad():  # spreads like a trained model's (the defaults: zero norms, 0.02-std projections)
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.norm.weight"):  # the gated norm multiplies by w itself
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("norm.weight"):  # zero-centred: the model multiplies by 1 + w
+                p.normal_(0.0, 0.2)
+            elif name.endswith(("A_log", "dt_bias")):
+                p.uniform_(-1.0, 1.0)
+            elif p.ndim == 2:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    model = model.to(getattr(torch, dtype))
+    model.save_pretrained(path)
+    return model.float().eval()
+
+
+def hf_logits(hf, tokens: list[int]) -> np.ndarray:
+    """transformers' logits after each of `tokens`, fed one at a time through its cache: [len(tokens), V]."""
+    import torch
+
+    out, rows = None, []
+    with torch.no_grad():
+        for token in tokens:
+            cache = None if out is None else out.past_key_values
+            out = hf(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+            rows.append(out.logits[0, -1].double().numpy())
+    return np.stack(rows)
+
+
+def ours(path, dtype: str, batch: int = 1, slots: int = 0, stop_ids=()) -> Model:
+    weight_dtype = "bfloat16" if dtype == "bfloat16" else "float32"
+    ckpt = load_checkpoint(path, weight_dtype)
+    cfg = DecodeConfig(
+        ckpt.model, batch=batch, slots=slots, max_len=96, split_len=32, weight_dtype=weight_dtype, kv_dtype=weight_dtype
+    )
+    if cfg not in _KERNELS:
+        _KERNELS[cfg] = build_kernels(cfg, llvm(), model_plan(cfg).ops)
+    return Model(cfg, _KERNELS[cfg], tvm.cpu(), checkpoint_weights(ckpt), stop_ids)
+
+
+def decode(model: Model, requests: dict[int, Request]) -> tuple[dict, dict]:
+    """The started `requests` (by lane) run to their ends, step by step: each lane's emitted tokens and its logits at
+    every step it was live."""
+    tokens = {lane: [] for lane in requests}
+    logits = {lane: [] for lane in requests}
+    live = set(requests)
+    while live:
+        events = model.events(model.launch())
+        step_logits = model.logits.numpy()
+        for lane in list(live):
+            logits[lane].append(step_logits[lane].astype(np.float64))
+            if events[0, lane] >= 0:
+                tokens[lane].append(int(events[0, lane]))
+            if events[1, lane]:
+                live.discard(lane)
+    return tokens, logits
+
+
+def assert_matches_hf(hf, request: Request, tokens: list[int], logits: list[np.ndarray], tol: float, what: str):
+    """Our logits at each step within `tol` (relative L-inf over the step's row) of transformers' on the same tokens,
+    and each greedy token transformers' argmax where its top two are further apart than the error allowed."""
+    fed = list(request.prompt) + tokens[:-1]
+    ref = hf_logits(hf, fed)
+    got = np.stack(logits)
+    assert got.shape == ref.shape, f"{what}: {got.shape[0]} steps, transformers {ref.shape[0]}"
+    err = np.abs(got - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert err.max() <= tol, f"{what}: step {int(err.argmax())} logits off by {err.max():.2e} (tolerance {tol:.0e})"
+    n = len(request.prompt)
+    for t, token in enumerate(tokens):
+        row = ref[n - 1 + t]
+        top2 = np.sort(row)[-2:]
+        if top2[1] - top2[0] > 2 * tol * np.abs(row).max():
+            assert token == int(row.argmax()), f"{what}: token {t} is {token}, transformers {int(row.argmax())}"
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_decode_matches_transformers(tmp_path, rng, dtype, tied):
+    """64 greedy tokens after a 5-token prompt: every step's logits within the tolerance of the dtype (float32: 1e-4,
+    bf16 weights and KV: the layer tolerance), the same tokens."""
+    hf = save_hf_model(tmp_path, int(rng.integers(2**31)), tied, dtype)
+    model = ours(tmp_path, dtype)
+    request = Request(prompt=rng.integers(0, TINY["vocab_size"], 5).tolist(), max_new_tokens=STEPS)
+    model.start(request)
+    tokens, logits = decode(model, {0: request})
+    assert len(tokens[0]) == STEPS
+    tol = 1e-4 if dtype == "float32" else tolerance((dtype,), layer=True)
+    assert_matches_hf(hf, request, tokens[0], logits[0], tol, f"{dtype} {'tied' if tied else 'untied'}")
+
+
+def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):
+    """B = 3 on slots 4, 0 and 2 of 5: each lane's tokens and logits are transformers' for its request alone; the
+    lane that finishes first is refilled on another slot, whose states start from zero."""
+    hf = save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=3, slots=5)
+    V = TINY["vocab_size"]
+    requests = [Request(rng.integers(0, V, n).tolist(), budget) for n, budget in ((3, 40), (6, 9), (1, 33))]
+    for request, slot in zip(requests, (4, 0, 2), strict=True):
+        model.start(request, slot=slot)
+    tokens, logits = decode(model, dict(enumerate(requests)))
+    for lane, request in enumerate(requests):
+        assert len(tokens[lane]) == request.max_new_tokens
+        assert_matches_hf(hf, request, tokens[lane], logits[lane], 1e-4, f"lane {lane}")
+    late = Request(rng.integers(0, V, 4).tolist(), 12)
+    lane = model.start(late, slot=4)  # the slot lane 0 used: zeroed again
+    tokens, logits = decode(model, {lane: late})
+    assert_matches_hf(hf, late, tokens[lane], logits[lane], 1e-4, "refilled lane")
+
+
+def test_generate_refills_lanes_stops_at_eos_and_samples_reproducibly(tmp_path, rng):
+    """`generate` over more requests than lanes: greedy requests give the tokens of one at a time; a stop id ends a
+    request (emitted, then nothing more); a sampled request gives the same tokens on any lane and batch."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    V = TINY["vocab_size"]
+    prompts = [rng.integers(0, V, n).tolist() for n in (2, 5, 1, 3, 4)]
+    sampled = Request(prompts[0], 20, temperature=0.8, top_k=50, top_p=0.9, seed=1234)
+    requests = [sampled] + [Request(p, 15) for p in prompts[1:]]
+    alone = [ours(tmp_path, "float32").generate([r])[0] for r in requests]
+    batched = ours(tmp_path, "float32", batch=2, slots=3).generate(requests)
+    assert batched == alone
+    stop = alone[1][6]
+    stopped = ours(tmp_path, "float32", batch=2, slots=3, stop_ids=[stop]).generate(requests[1:2])[0]
+    assert stopped == alone[1][: alone[1].index(stop) + 1]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("prompt", [], "prompt"),
+        ("prompt", [1, 10**6], "prompt"),
+        ("max_new_tokens", 0, "max_new_tokens"),
+        ("temperature", float("nan"), "temperature"),
+        ("top_p", 0.0, "top_p"),
+        ("seed", 2**70, "seed"),
+    ],
+)
+def test_a_bad_request_is_refused_by_name_and_changes_nothing(tmp_path, rng, field, value, message):
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32")
+    before = {name: t.numpy().copy() for name, t in model.inputs.items()}
+    fields = {"prompt": [1, 2], "max_new_tokens": 4} | {field: value}
+    with pytest.raises(ArgumentError, match=message):
+        model.start(Request(**fields))
+    for name, t in model.inputs.items():
+        np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
