@@ -163,7 +163,7 @@ _ENTRIES = [
         ref_params=("split_len",),
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
-    _entry("embedding", _dims("batch", "vocab_size", "hidden"), exact=True),
+    _entry("embedding", _dims("batch", "vocab_size", "hidden", "weight_dtype"), exact=True),
     _entry("add_rmsnorm", _dims("batch", "hidden", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
     _entry(
         "add_rmsnorm",
