@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     parser.add_argument(
         "--ops",
-        help=f"comma-separated registry op names, or 'all' (the {len(OPS)} registry ops); "
+        help=f"comma-separated registry op names, or 'all' (those of the {len(OPS)} registry ops the model has); "
         "default: the ops a decode step of these shapes launches (gdn_tvm.plan)",
     )
 
@@ -47,7 +47,7 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
     if args.ops is None:
         return step_ops(cfg)
     if args.ops == "all":
-        return list(OPS)
+        return [name for name, op in OPS.items() if op.applies(cfg)]
     names = args.ops.split(",")
     unknown = [n for n in names if n not in OPS]
     if unknown:
