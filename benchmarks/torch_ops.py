@@ -111,6 +111,11 @@ def gemv_conv(model, w, x, conv_weight, state, slots, y, **_):
     causal_conv1d_silu(model, proj[:, :c], conv_weight, state, slots, y[:, :c])
 
 
+def gemv_swiglu(model, w, x, y, **_):
+    gate, up = (x @ w.t()).chunk(2, dim=-1)
+    y.copy_(F.silu(gate) * up)
+
+
 def gemv_norm(model, w, x, z, norm_weight, y, **_):
     heads = (x.shape[0], -1, norm_weight.shape[0])
     normed = torch.empty_like(x)
@@ -143,4 +148,5 @@ BASELINES = {
     "gemv_in_proj_qkv_conv": gemv_conv,
     "gemv_in_proj_conv": gemv_conv,
     "gemv_out_proj_norm": gemv_norm,
+    "gemv_gate_up_proj_swiglu": gemv_swiglu,
 }

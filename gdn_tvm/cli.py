@@ -24,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     parser.add_argument(
         "--ops",
-        help=f"comma-separated registry op names, 'all' (the {len(OPS)} registry ops) or 'model' (the whole model's "
-        "step, for `python -m gdn_tvm.generate --library`); default: the ops a mixer step launches (gdn_tvm.plan)",
+        help=f"comma-separated registry op names, 'all' (those of the {len(OPS)} registry ops the model has) or "
+        "'model' (the whole model's step, for `python -m gdn_tvm.generate --library`); default: the ops a mixer "
+        "step launches (gdn_tvm.plan)",
     )
 
 
@@ -47,7 +48,7 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
     if args.ops is None:
         return step_ops(cfg)
     if args.ops == "all":
-        return list(OPS)
+        return [name for name, op in OPS.items() if op.applies(cfg)]
     if args.ops == "model":
         return model(cfg).ops
     names = args.ops.split(",")

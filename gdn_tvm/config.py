@@ -77,8 +77,10 @@ class ModelConfig:
 
     @property
     def projections(self) -> dict[str, tuple[int, int]]:
-        """GEMV weights `[out, in]` of the two mixers, by checkpoint name (`linear_attn.` / `self_attn.`), then the
-        concatenations of `STACKED` (the input projections of a mixer as one GEMV)."""
+        """GEMV weights `[out, in]` by checkpoint name: the two mixers' (`linear_attn.` / `self_attn.`), then the
+        concatenations of `STACKED` (the input projections of a mixer as one GEMV), the dense MLP's where
+        `intermediate_size` is set (`gate_up_proj`: `mlp.gate_proj`'s rows, then `mlp.up_proj`'s, as one weight;
+        `mlp.down_proj`) and `lm_head`."""
         hv_dv, d = self.n_v_heads * self.head_v_dim, self.head_dim
         named = {
             "in_proj_qkv": (self.conv_dim, self.hidden),
@@ -93,6 +95,10 @@ class ModelConfig:
         }
         for name, parts in STACKED.items():
             named[name] = (sum(named[p][0] for p in parts), self.hidden)
+        if self.intermediate_size is not None:
+            named["gate_up_proj"] = (2 * self.intermediate_size, self.hidden)
+            named["down_proj"] = (self.hidden, self.intermediate_size)
+        named["lm_head"] = (self.vocab_size, self.hidden)
         return named
 
     def key_head(self, h: int) -> int:

@@ -46,6 +46,10 @@ class Op:
         """The reference on `values` (float64 copies), with the config fields it needs."""
         self.reference(**values, **{n: naming.field(cfg, n) for n in self.ref_params})
 
+    def applies(self, cfg: DecodeConfig) -> bool:
+        """`cfg`'s model has what the op computes: a GEMV's projection (the MLP's only where the MLP is dense)."""
+        return self.flags.get("proj", "") in ("", *cfg.model.projections)
+
     def workload_key(self, cfg: DecodeConfig, target_kind: str) -> str:
         """The workload's name (`naming.workload`): its tuning-log folder and its build's manifest entry."""
         return naming.workload(target_kind, self.key_name or self.name, self.sizes(cfg))
@@ -163,7 +167,7 @@ _ENTRIES = [
         ref_params=("split_len",),
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
-    _entry("embedding", _dims("batch", "vocab_size", "hidden"), exact=True),
+    _entry("embedding", _dims("batch", "vocab_size", "hidden", "weight_dtype"), exact=True),
     _entry("add_rmsnorm", _dims("batch", "hidden", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
     _entry(
         "add_rmsnorm",
@@ -197,6 +201,15 @@ _ENTRIES = [
         proj="out_proj",
         norm=True,
     ),
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="gate_up_proj"),
+        name="gemv_gate_up_proj_swiglu",
+        ref="gemv_swiglu",
+        key_name="gemv_swiglu",
+        proj="gate_up_proj",
+        swiglu=True,
+    ),
     *(
         _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)
         for proj in (
@@ -211,6 +224,8 @@ _ENTRIES = [
             "v_proj",
             "qkv_proj",
             "o_proj",
+            "down_proj",
+            "lm_head",
         )
     ),
 ]

@@ -12,7 +12,8 @@ LAUNCHES = 24  # launches per timed CUDA graph, rotating over the input sets
 
 def traffic(op: Op, cfg: DecodeConfig) -> int:
     """Bytes one launch must move: inputs and outputs once, touched state rows read and written,
-    the KV rows up to the position for attention, one row per lane for the scatter."""
+    the KV rows up to the position for attention, one row per lane for the scatter and of the embedding table (a
+    SwiGLU GEMV's output is its `[B, I]` product: the gate and up projections stay in the kernel)."""
     total = 0
     row = cfg.model.n_kv_heads * cfg.model.head_dim * 4
     for a in op.signature(cfg):
@@ -22,6 +23,8 @@ def traffic(op: Op, cfg: DecodeConfig) -> int:
             total += cfg.batch * row * (1 if op.family == "kv_row_scatter" else cfg.max_len)
         elif a.role == "state":
             total += 2 * a.nbytes * cfg.batch // cfg.slots
+        elif op.family == "embedding" and a.role == "weight":
+            total += cfg.batch * a.nbytes // a.shape[0]
         else:
             total += a.nbytes
     return total

@@ -1,6 +1,7 @@
 """gemv schedules: `y[b, n] = sum_k x[b, k] * w[n, k]`, each weight element read once for all B lanes.
 
 With the conv epilogue (`conv=True`), the thread that owns a finished row runs its conv and shifts its state.
+With SwiGLU (`swiglu=True`), a thread reduces gate row `n` and up row `I + n` together ("rows" count such pairs).
 """
 
 from __future__ import annotations
@@ -30,24 +31,28 @@ def llvm(
     proj: str,
     conv: bool = False,
     norm: bool = False,
+    swiglu: bool = False,
     vector: int = 8,
     batch_tile: int = 4,
 ) -> None:
     """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load
     serving the tile's lanes (the row of w stays in cache across tiles). The conv epilogue: (lane, row) in
-    parallel after the projection; the norm prologue: (lane, head) in parallel before it."""
+    parallel after the projection; the norm prologue: (lane, head) in parallel before it; SwiGLU: a row's gate
+    and up sums side by side, each x load serving both, and its lanes' outputs once both are done."""
     blk = sch.get_sblock("gemv")
-    b, n, k = sch.get_loops(blk)
+    b, n, *pair, k = sch.get_loops(blk)
     ko, kv = sch.split(k, factors=[None, vector])
     rf = sch.rfactor(kv, factor_axis=2)  # partial sums [B, N, vector]: lanes contiguous
-    b, n, ko, kv = sch.get_loops(rf)
+    b, n, *pair, ko, kv = sch.get_loops(rf)
     bo, bi = sch.split(b, factors=[None, _lane_tile(cfg.batch, batch_tile)])
-    sch.reorder(n, bo, ko, bi, kv)
+    sch.reorder(n, bo, ko, bi, *pair, kv)
     sch.parallel(n)
     sch.reverse_compute_at(blk, bo)
     sch.set_scope(rf, 0, "local")
     sch.vectorize(kv)
     sch.decompose_reduction(rf, ko)
+    if swiglu:
+        sch.reverse_compute_at(sch.get_sblock("swiglu"), n)
     for name in ("conv", "store") if conv else ("sumsq", "normed") if norm else ():
         b, n, *_ = sch.get_loops(sch.get_sblock(name))
         sch.parallel(sch.fuse(b, n))
@@ -59,6 +64,7 @@ def cuda(
     proj: str,
     conv: bool = False,
     norm: bool = False,
+    swiglu: bool = False,
     rows: int | None = None,
     threads_per_row: int | None = None,
     vector: int | None = None,
@@ -81,10 +87,14 @@ def cuda(
     The conv epilogue: a row group's sums go to shared memory, then one thread per (lane, row) of the group
     writes its y and (conv rows) its state row. The norm prologue: the CTA first sums the squares of its lanes'
     heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
-    the plain GEMV stages x (at least 2 rows a CTA, so there is a stage).
+    the plain GEMV stages x (at least 2 rows a CTA, so there is a stage). SwiGLU: the layout counts output rows,
+    each a gate and an up row of w (a thread loads both per K step, and holds both sums); the group's sums go to
+    shared memory, then one thread per (lane, row) writes `silu(gate) * up`.
     """
     vector = vector or per_load(cfg.weight_dtype)
-    layout = cuda_layout(cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu)
+    layout = cuda_layout(
+        cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu, swiglu
+    )
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
     if norm and (rows == 1 or cfg.model.head_v_dim % threads_per_row):
         raise ValueError(f"norm prologue: {rows} rows a CTA, {threads_per_row} threads a row: needs > 1, dividing Dv")
@@ -92,27 +102,28 @@ def cuda(
     b_tiles = math.ceil(cfg.batch / b_tile)
 
     blk = sch.get_sblock("gemv")
-    b, n, k = sch.get_loops(blk)
+    b, n, *pair, k = sch.get_loops(blk)
     ko, kt, kv = sch.split(k, factors=[None, threads_per_row, vector])
     rf = sch.rfactor(kt, factor_axis=0)
-    b, n, ko, kt, kv = sch.get_loops(rf)
+    b, n, *pair, ko, kt, kv = sch.get_loops(rf)
     bo, bi = sch.split(b, factors=[b_tiles, b_tile])
     no, ny, nt = sch.split(n, factors=[None, row_threads, per_thread])
     kc, ki = sch.split(ko, factors=[None, k_chunk])
-    sch.reorder(no, bo, ny, kt, kc, ki, bi, nt, kv)
+    # SwiGLU: the gate/up loop outside the lanes, so that each w load covers rows of one half of w
+    sch.reorder(no, bo, ny, kt, kc, ki, *pair, bi, nt, kv)
     bx = sch.fuse(no, bo)
     sch.bind(bx, "blockIdx.x")  # B tiles of the same rows are neighbours: w reuse in L2
     sch.bind(ny, "threadIdx.y")
     sch.bind(kt, "threadIdx.x")
 
     sch.reverse_compute_at(blk, ny, preserve_unit_loops=True)
-    kr, br, nr = sch.get_loops(blk)[2:]
-    sch.reorder(br, nr, kr)
+    kr, br, nr, *pr = sch.get_loops(blk)[2:]
+    sch.reorder(br, nr, *pr, kr)
     sch.bind(kr, "threadIdx.x")  # cross-thread allreduce: warp shuffles (+ smem across warps)
     sch.set_scope(rf, 0, "local")
 
     w_loc = sch.cache_read(rf, 1, "local")
-    sch.compute_at(w_loc, ki)  # the thread's rows x one vector of K, loaded before the lanes use them
+    sch.compute_at(w_loc, pair[0] if swiglu else ki)  # the thread's rows x one vector of K, before the lanes
     sch.vectorize(sch.get_loops(w_loc)[-1])
     if rows > 1:  # x is shared by the CTA's rows: stage the chunk once (with one row, each x is read once)
         x_sh = sch.get_sblock("normed") if norm else sch.cache_read(rf, 0, "shared")
@@ -132,9 +143,9 @@ def cuda(
     sch.decompose_reduction(rf, kc)
     _, ku = sch.split(ki, factors=[None, _divisor_at_most(k_chunk, unroll)])
     sch.unroll(ku)
-    if conv:
+    if conv or swiglu:
         sch.set_scope(blk, 0, "shared")
-        for name in ("conv", "store"):
+        for name in ("swiglu",) if swiglu else ("conv", "store"):
             block = sch.get_sblock(name)
             sch.reverse_compute_at(block, ny, preserve_unit_loops=True)
             b, n, *_ = sch.get_loops(block)[2:]
@@ -164,17 +175,20 @@ def cuda_layout(
     rows_per_thread: int | None = None,
     norm: bool = False,
     gpu: GpuSpec = DEFAULT_GPU,
+    swiglu: bool = False,
 ) -> tuple[int, int, int, int, int]:
     """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule
-    (`norm`: at least 2 rows a CTA by default).
+    (`norm`: at least 2 rows a CTA by default; `swiglu`: rows are output rows, N/2 of them, each two rows of w, and
+    2 a thread by default from 8 lanes on: the 4 rows of w of the plain default).
 
     The grid is `N / rows * ceil(B / lanes)` CTAs of `rows / rows_per_thread * threads_per_row` threads; one K
     step is `threads_per_row * vector` columns (default `vector`: a 16-byte load of the weight dtype).
     """
     vector = vector or per_load(cfg.weight_dtype)
     if rows_per_thread is None:
-        rows_per_thread = 4 if cfg.batch >= MANY_LANES else 1
+        rows_per_thread = (2 if swiglu else 4) if cfg.batch >= MANY_LANES else 1
     n_rows, n_cols = cfg.model.projections[proj]
+    n_rows //= 2 if swiglu else 1
     b_tiles = math.ceil(cfg.batch / batch_tile)
     flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
     if rows is None:

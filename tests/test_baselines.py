@@ -89,6 +89,16 @@ def test_traffic_counts_touched_state_and_kv_rows():
     assert traffic(OPS["decode_attention_split"], CFG) == once + 2 * kv_rows
 
 
+def test_traffic_counts_the_embedding_rows_read_and_the_swiglu_product():
+    m, B = CFG.model, CFG.batch
+    sig = {a.name: a for a in OPS["embedding"].signature(CFG)}
+    assert traffic(OPS["embedding"], CFG) == sig["ids"].nbytes + 2 * B * m.hidden * 4  # B rows in, B rows out
+    swiglu = OPS["gemv_gate_up_proj_swiglu"]
+    w, x, y = swiglu.signature(CFG)
+    assert (w.shape, y.shape) == ((2 * m.intermediate_size, m.hidden), (B, m.intermediate_size))
+    assert traffic(swiglu, CFG) == w.nbytes + x.nbytes + y.nbytes
+
+
 def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
     cfg = CASES["0.8b-B1"].replace(batch=2, slots=3)
     m = cfg.model

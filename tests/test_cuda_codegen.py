@@ -32,10 +32,10 @@ def test_cuda_codegen(name, case):
 
 @pytest.mark.parametrize("model", PRESETS)
 def test_every_preset_lowers_every_op(model):
-    """`make build --preset P` for CUDA: every op's hand schedule lowers at the preset's default decode shape
+    """`make build --preset P` for CUDA: every op the preset has (`Op.applies`) lowers at its default decode shape
     (qwen3.5-27b's unsplit attention did not: its merge held barriers inside a condition)."""
     cfg = DecodeConfig(preset(model))
-    for name in OPS:
+    for name in (n for n, op in OPS.items() if op.applies(cfg)):
         assert "__global__" in cuda_source(name, cfg), name
 
 
@@ -133,11 +133,13 @@ def test_host_loops_finds_loops_no_thread_binds():
 @pytest.mark.parametrize("name", list(OPS))
 def test_dlight_builds_device_code_or_is_refused(name):
     """dlight leaves what no rule fits unscheduled, which TVM compiles for the host; such a kernel segfaulted the
-    H200 benchmark when called on device memory. `compile_dlight` must refuse it instead."""
+    H200 benchmark when called on device memory. `compile_dlight` must refuse it instead. (Its GEMV rule fails on
+    the SwiGLU GEMV's interleaved gate/up sums: `reverse_compute_at` matches no region of `2n + j`.)"""
+    refused = ("decode_attention", "partial_neox_rope", "sample", "gemv_gate_up_proj_swiglu")
     try:
         kernel = compile_dlight(OPS[name], CUDA_CASES["0.8b-B32"], cuda())
     except (ValueError, tvm.s_tir.ScheduleError) as err:
-        assert name.startswith(("decode_attention", "partial_neox_rope", "sample")), f"dlight refused {name}: {err}"
+        assert name.startswith(refused), f"dlight refused {name}: {err}"
         return
     assert kernel.device[0] == tvm.cuda().dlpack_device_type()
 

@@ -1,5 +1,6 @@
 """gemv: schedule knobs off the defaults (predicated B tiles, several smem chunks, one row per CTA) against the
-reference, and the CUDA design in the generated source (float4 weight loads, x in shared memory, shuffles)."""
+reference, the CUDA design in the generated source (float4 weight loads, x in shared memory, shuffles), the SwiGLU
+variant's one kernel, and the LM head's vocabulary of rows."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import shutil
 import numpy as np
 import pytest
 from conftest import check_kernel_against_reference, cuda_source
+from cuda_emu import lower
 from gdn_tvm.schedules.gemv import cuda_layout
 from tvm.support import nvcc
 
 from gdn_tvm.codegen.compile import compile_op
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda, gpu_present, llvm
 
@@ -37,9 +39,9 @@ def _check(name: str, cfg: DecodeConfig, target, rng, **knobs) -> None:
 
 
 @pytest.mark.parametrize("batch", [5, 17])
-@pytest.mark.parametrize("proj", ["in_proj_b", "out_proj"])
-def test_llvm_batch_tiles(proj, batch, rng):
-    _check(f"gemv_{proj}", _cfg(batch), llvm(), rng, batch_tile=3)
+@pytest.mark.parametrize("name", ["gemv_in_proj_b", "gemv_out_proj", "gemv_gate_up_proj_swiglu"])
+def test_llvm_batch_tiles(name, batch, rng):
+    _check(name, _cfg(batch), llvm(), rng, batch_tile=3)
 
 
 @pytest.mark.parametrize("case", KNOBS)
@@ -64,6 +66,38 @@ def test_bf16_weights_load_16_bytes_and_compute_in_float4s(case):
     assert "make_ulonglong4" not in src and "ulonglong4" not in src
 
 
+SWIGLU = "gemv_gate_up_proj_swiglu"
+SWIGLU_KNOBS = {  # (batch, cuda knobs): rows count gate/up pairs
+    "B1": (1, {}),
+    "B1-rows1": (1, {"rows": 1, "threads_per_row": 128}),
+    "B3-chunks": (3, {"rows": 4, "threads_per_row": 64, "smem_bytes": 4096}),
+    "B17-predicated": (17, {"batch_tile": 6, "rows_per_thread": 2, "rows": 4}),
+    "B32": (32, {}),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", SWIGLU_KNOBS)
+def test_swiglu_is_one_kernel_reading_gate_and_up_rows_16_bytes_a_load(case, dtype):
+    """One launch whose only global arguments are w, x and y (the gate and up sums meet in shared memory, where TVM
+    may reuse x's stage for them); a thread
+    loads its gate row and its up row `I * K` elements further with 16-byte loads (float4, or 8 bf16 as a uint4)."""
+    batch, knobs = SWIGLU_KNOBS[case]
+    cfg = _cfg(batch).replace(weight_dtype=dtype)
+    source, launches = lower(OPS[SWIGLU].schedule(cfg, "cuda", **knobs).mod)
+    assert len(launches) == 1
+    params = re.search(r"main_kernel\(([^)]*)\) \{", source)
+    assert params and [p.split()[-1] for p in params.group(1).split(",")] == ["w_ptr", "x_ptr", "y_ptr"]
+    assert "__shfl_down_sync" in source
+    vector = "uint4" if dtype == "bfloat16" else "float4"
+    assert re.search(rf"\*\({vector}\*\)\(w_ptr \+", source), f"w is not read with {vector} loads"
+    assert f"* {cfg.model.intermediate_size * cfg.model.hidden})" in source, "no load of the up half"
+    assert "ulonglong4" not in source
+    if shutil.which("nvcc"):
+        with cuda():
+            assert b".target sm_90" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
 @pytest.mark.parametrize(
     "proj, batch, layout",
     [
@@ -73,10 +107,41 @@ def test_bf16_weights_load_16_bytes_and_compute_in_float4s(case):
         ("in_proj_z", 32, (16, 32, 16, 2, 4)),  # FLOP-bound: 4 x 32 threads, a warp per 4 rows, 256 CTAs
         ("out_proj", 64, (16, 32, 16, 2, 4)),  # the same from 8 lanes on, B tiles of 16 lanes: 256 CTAs
         ("in_proj_b", 32, (4, 256, 4, 1, 4)),  # 16 rows: too few for that, K split over 256 threads a row
+        ("lm_head", 1, (8, 32, 1, 8, 1)),  # 248,320 rows: 31,040 CTAs
     ],
 )
 def test_cuda_default_layout(proj, batch, layout):
     assert cuda_layout(_cfg(batch), proj) == layout
+
+
+@pytest.mark.parametrize(
+    "batch, layout",
+    [
+        (1, (8, 32, 1, 8, 1)),  # 8 gate/up pairs (16 rows of w) a CTA, a warp a pair: 448 CTAs x 256 threads
+        (32, (16, 32, 16, 2, 2)),  # FLOP-bound: 2 pairs (4 rows of w) x 16 lanes a thread, 448 CTAs
+    ],
+)
+def test_swiglu_default_layout_counts_gate_up_pairs(batch, layout):
+    assert cuda_layout(_cfg(batch), "gate_up_proj", swiglu=True) == layout
+
+
+@pytest.mark.parametrize("batch, grid, warps", [(1, 248320 // 8, 8), (256, 248320 // 32 * 16, 8)])
+def test_lm_head_grid_covers_the_vocabulary(batch, grid, warps):
+    """The LM head's 248,320 rows of qwen3.5-27b's 5120 columns: the CTAs all on blockIdx.x (up to 2^31 - 1; y and
+    z stop at 65,535), 8 rows a CTA at B = 1, 32 (4 a thread) x 16 B tiles of 16 lanes at B = 256; and the weight's
+    elements fit the kernel's int32 indices. (The emulated kernel is checked at the test cases' vocabularies.)"""
+    cfg = DecodeConfig(preset("qwen3.5-27b"), batch=batch)
+    (launch,) = lower(OPS["gemv_lm_head"].schedule(cfg, "cuda").mod)[1]
+    assert launch.grid == (grid, 1, 1) and launch.block == (32, warps, 1)
+    assert max(m.vocab_size * m.hidden for m in PRESETS.values()) < 2**31
+
+
+@pytest.mark.parametrize("model", PRESETS)
+def test_mlp_gemvs_apply_where_the_mlp_is_dense(model):
+    """`Op.applies`: every op but the dense MLP's two GEMVs on the mixture-of-experts presets."""
+    cfg = DecodeConfig(preset(model))
+    missing = {name for name, op in OPS.items() if not op.applies(cfg)}
+    assert missing == (set() if cfg.model.intermediate_size else {SWIGLU, "gemv_down_proj"})
 
 
 @pytest.mark.gpu
@@ -92,3 +157,11 @@ def test_reference_is_x_wT(rng):
     y = np.full((3, 7), np.nan)
     OPS["gemv_in_proj_b"].reference(w=w, x=x, y=y)
     np.testing.assert_allclose(y, np.einsum("bk,nk->bn", x, w))
+
+
+def test_swiglu_reference_is_silu_of_the_gate_rows_times_the_up_rows(rng):
+    w, x = rng.standard_normal((8, 5)), rng.standard_normal((3, 5))
+    y = np.full((3, 4), np.nan)
+    OPS[SWIGLU].reference(w=w, x=x, y=y)
+    gate, up = x @ w[:4].T, x @ w[4:].T
+    np.testing.assert_allclose(y, gate / (1 + np.exp(-gate)) * up)

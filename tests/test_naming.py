@@ -13,7 +13,7 @@ from gdn_tvm.registry import OPS
 BASE = DecodeConfig(
     ModelConfig(
         "t", hidden=256, n_layers=4, n_q_heads=4, n_kv_heads=2, n_k_heads=2, n_v_heads=4, head_k_dim=32, head_v_dim=32,
-        head_dim=64,
+        head_dim=64, intermediate_size=384,
     ),
     batch=2, slots=3, max_len=64, split_len=16,
 )  # fmt: skip

@@ -5,6 +5,8 @@ or the stacked `in_proj`) also runs causal_conv1d + SiLU on those rows as its ep
 conv launch: each conv channel is one output row, so whoever finishes a row owns that channel's state (no race).
 The norm variant (`norm=True`, on `out_proj`) takes the delta-rule output and runs gated_rmsnorm on it as its
 prologue, so a GDN layer needs no norm launch: every CTA recomputes the head sums it needs (a few KB per lane).
+The SwiGLU variant (`swiglu=True`, on `gate_up_proj`: the MLP's gate rows, then its up rows) reduces gate row `n` and
+up row `I + n` together and writes only `silu(gate) * up`: the `[B, 2I]` projection never leaves the kernel.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
 
-def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> list[Arg]:
+def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, swiglu: bool = False) -> list[Arg]:
     """w: [N, K] weight_dtype (out, in), x: [B, K] float32 -> y: [B, N] float32; (N, K) = projections[proj].
+    SwiGLU: y: [B, N/2] float32, `y[b, n] = silu(x[b] . w[n]) * (x[b] . w[N/2 + n])`.
     Conv: also conv_weight: [C, Kc] weight_dtype; state: [S, C, Kc-1] (in place); slots: int32 [B] (-1: the lane's
     conv rows are left untouched, the rest written) before y, whose first C rows are `silu(causal_conv1d(...))`.
     Norm: x is the delta-rule output `o` ([B, Hv*Dv], K = Hv*Dv), also z: [B, Hv*Dv] and norm_weight: [Dv]
@@ -36,7 +39,7 @@ def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
             Arg("y", (B, n), role="out"),
         ]
     if not conv:
-        return [*head, Arg("y", (B, n), role="out")]
+        return [*head, Arg("y", (B, n // 2 if swiglu else n), role="out")]
     return [
         *head,
         Arg("conv_weight", (C, Kc), W, role="weight"),
@@ -47,15 +50,18 @@ def signature(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
     ]
 
 
-def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False):
+def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, swiglu: bool = False):
     """Block "gemv" (the reduction over K); conv: it accumulates into a scratch `proj`, then blocks "conv" (y:
     silu of the window . weight on conv rows, `proj` on the rest) and "store" (the window shifted left, the new
     input appended, into state_out) run per (lane, row); norm: blocks "sumsq" (per lane and head) and "normed"
-    (the gated, normalised input) come before it."""
+    (the gated, normalised input) come before it; swiglu: it runs over (lane, row, gate/up) into a scratch
+    `gate_up` [B, N] (row n's gate sum at 2n, its up sum at 2n+1), then block "swiglu" writes y per (lane, row)."""
     B, W = cfg.batch, cfg.weight_dtype
     N, K = cfg.model.projections[proj]
     if norm:
         return _gemv_norm(cfg, N, K)
+    if swiglu:
+        return _gemv_swiglu(cfg, N, K)
     if not conv:
 
         @T.prim_func(s_tir=True)
@@ -126,6 +132,30 @@ def _gemv_norm(cfg: DecodeConfig, N: int, K: int):
         _gemv_rows(w, normed, y)
 
     return gemv_norm
+
+
+def _gemv_swiglu(cfg: DecodeConfig, N: int, K: int):
+    B, W = cfg.batch, cfg.weight_dtype
+    if N % 2:
+        raise ValueError(f"{N} rows are no gate and up halves")
+    half = N // 2  # the MLP's intermediate size I
+
+    @T.prim_func(s_tir=True)
+    def gemv_swiglu(w: T.Buffer((N, K), W), x: T.Buffer((B, K), "float32"), y: T.Buffer((B, half), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        gate_up = T.sblock_alloc_buffer((B, N), "float32")
+        for b, n, j, k in T.grid(B, half, 2, K):
+            with T.sblock("gemv"):
+                vb, vn, vj, vk = T.axis.remap("SSSR", [b, n, j, k])
+                with T.init():
+                    gate_up[vb, vn * 2 + vj] = T.float32(0)
+                gate_up[vb, vn * 2 + vj] = gate_up[vb, vn * 2 + vj] + x[vb, vk] * widened(w[vj * half + vn, vk])
+        for b, n in T.grid(B, half):
+            with T.sblock("swiglu"):
+                vb, vn = T.axis.remap("SS", [b, n])
+                y[vb, vn] = silu(gate_up[vb, vn * 2]) * gate_up[vb, vn * 2 + 1]
+
+    return gemv_swiglu
 
 
 def _gemv_rows(w, x, y) -> None:

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from gdn_tvm.reference.activations import silu
 from gdn_tvm.reference.causal_conv1d_silu import causal_conv1d_silu
 from gdn_tvm.reference.gated_rmsnorm import gated_rmsnorm
 
@@ -9,6 +10,12 @@ from gdn_tvm.reference.gated_rmsnorm import gated_rmsnorm
 def gemv(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     """w: [N, K], x: [B, K] -> y[:] = x @ w.T, [B, N]."""
     y[...] = x @ w.T
+
+
+def gemv_swiglu(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """w: [2I, K] (gate rows, then up rows), x: [B, K] -> y[:] = silu(x @ w[:I].T) * (x @ w[I:].T), [B, I]."""
+    gate, up = np.split(x @ w.T, 2, axis=1)
+    y[...] = silu(gate) * up
 
 
 def gemv_conv(
