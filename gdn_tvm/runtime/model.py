@@ -139,6 +139,19 @@ class Model:
             self._free_slots.append(self._lane_slot.pop(int(lane)))
         return events
 
+    def elapsed(self, steps: int) -> float:
+        """Seconds `steps` back-to-back replayed steps take on the GPU (CUDA events around them; after `capture`).
+        Live lanes advance `steps` positions."""
+        if not isinstance(self._readback, _Graphs):
+            raise RuntimeError("elapsed() times graph replays: capture() first")
+        return self._readback.elapsed(steps)
+
+    def reset_lanes(self) -> None:
+        """Stop every lane (slot -1): every lane and slot free again (a slot's states are zeroed as a lane takes it)."""
+        self.inputs["slots"].copyfrom(np.full(self.cfg.batch, -1, np.int32))
+        self._lane_slot.clear()
+        self._free_lanes, self._free_slots = deque(range(self.cfg.batch)), deque(range(self.cfg.slots))
+
     def generate(
         self, requests: Iterable[Request], on_token: Callable[[int, int], None] | None = None
     ) -> list[list[int]]:
@@ -268,6 +281,20 @@ class _Graphs:
         graph.replay()
         cuda_check(self._cudart.cudaEventRecord(self._done[ticket], graph.stream))
         return ticket
+
+    def elapsed(self, steps: int) -> float:
+        cudart, stream = self._cudart, self._graphs[0].stream
+        start, end = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
+        try:
+            cuda_check(cudart.cudaEventRecord(start, stream))
+            for _ in range(steps):
+                self.launch()
+            cuda_check(cudart.cudaEventRecord(end, stream))
+            cuda_check(cudart.cudaEventSynchronize(end))
+            return cuda_check(cudart.cudaEventElapsedTime(start, end)) / 1e3
+        finally:
+            cudart.cudaEventDestroy(start)
+            cudart.cudaEventDestroy(end)
 
     def wait(self, ticket: int) -> np.ndarray:
         cuda_check(self._cudart.cudaEventSynchronize(self._done[ticket]))

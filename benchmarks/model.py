@@ -1,0 +1,200 @@
+"""The whole model's decode step on the GPU (`runtime.model.Model`): milliseconds per token and tokens/s,
+graph-replayed, next to the step's byte floor; what a caller of `generate` sees per token against the replay; device
+memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU.
+
+python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
+Each timed step has every lane at position `POSITION` of `MAX_LEN` (the prompt's tokens fed, so no lane finishes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import ml_dtypes  # noqa: F401  (numpy's bfloat16)
+import numpy as np
+import torch
+import tvm
+
+from benchmarks.record import Results
+from benchmarks.run import GPU, build_compiler
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.plan import Plan
+from gdn_tvm.plan import model as model_plan
+from gdn_tvm.runtime.model import Model, Request
+
+CASES = [f"qwen3.5-0.8b:{b}" for b in (1, 8, 32, 128)] + [f"qwen3.5-4b:{b}" for b in (1, 8, 32, 128)] + ["qwen3.5-9b:1"]
+MAX_LEN, POSITION = 4096, 2048
+REPEATS, STEPS = 25, 8  # medians of REPEATS timings of STEPS replays (positions move on by REPEATS * STEPS)
+GENERATED = 512  # tokens a `generate` run decodes per lane
+LONG_RUN = 10_000  # tokens of the memory check (B = 1)
+
+
+def model_config(name: str, batch: int, max_len: int = MAX_LEN) -> DecodeConfig:
+    return DecodeConfig(
+        preset(name), batch=batch, max_len=max_len, weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="float32"
+    )
+
+
+def gpu_weights(plan: Plan, seed: int) -> dict[str, torch.Tensor]:
+    """Random weights for `plan` made on the GPU in their stored dtypes, scaled like `runtime.weights`' random ones
+    (making a 4b model's on the host takes a minute)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    out = {}
+    for name, buffer in plan.weights.items():
+        base, shape = name.rsplit(".", 1)[-1], buffer.shape
+        u = torch.rand(shape, generator=gen, device="cuda")
+        if base == "A":
+            w = -torch.exp(u * math.log(16.0))
+        elif base == "dt_bias":
+            dt = torch.exp(math.log(1e-3) + u * (math.log(1e-1) - math.log(1e-3)))
+            w = dt + torch.log(-torch.expm1(-dt))
+        elif len(shape) == 1:  # norms: the gated one multiplies by w, the others by 1 + w
+            w = (1.0 if base == "norm" and name != "norm" else 0.0) + 0.1 * torch.randn(
+                shape, generator=gen, device="cuda"
+            )
+        else:
+            w = torch.randn(shape, generator=gen, device="cuda")
+            if base != "embed_tokens":
+                w *= shape[-1] ** -0.5
+        out[name] = w.to(getattr(torch, buffer.dtype))
+    return out
+
+
+def floor_bytes(cfg: DecodeConfig, plan: Plan, position: int) -> dict[str, int]:
+    """The bytes a step must move: every weight once (the embedding table as B rows, unless the LM head reads all of
+    it), recurrent and conv states read and written, the KV rows up to `position` read and one row written, per
+    lane."""
+    m, B = cfg.model, cfg.batch
+    weights = 0
+    for name, w in plan.weights.items():
+        size = math.prod(w.shape) * np.dtype(w.dtype).itemsize
+        if name == "embed_tokens" and not m.tie_word_embeddings:
+            size = B * m.hidden * 2
+        weights += size
+    kinds = m.layer_types
+    gdn, attn = kinds.count("gdn"), kinds.count("attention")
+    state = 4 * (m.n_v_heads * m.head_v_dim * m.head_k_dim + m.conv_dim * (m.conv_kernel - 1))
+    kv_row = 2 * m.n_kv_heads * m.head_dim * 2  # K and V, bf16
+    states = B * gdn * 2 * state
+    kv = B * attn * kv_row * (position + 2)  # rows 0..position read, the new one written
+    return {"weights": weights, "states": states, "kv": kv, "total": weights + states + kv}
+
+
+def start_lanes(model: Model, rng: np.random.Generator, position: int) -> None:
+    """Every lane live at `position`: prompts as long as the cache (each step feeds a prompt token, none emits)."""
+    cfg = model.cfg
+    for _ in range(cfg.batch):
+        model.start(Request(rng.integers(0, cfg.model.vocab_size, cfg.max_len).tolist(), 1))
+    model.inputs["positions"].copyfrom(np.full(cfg.batch, position, np.int32))
+
+
+def step_us(model: Model) -> float:
+    """Median microseconds of a replayed step (REPEATS timings of STEPS back-to-back replays)."""
+    model.elapsed(STEPS)  # warm
+    return statistics.median(model.elapsed(STEPS) / STEPS * 1e6 for _ in range(REPEATS))
+
+
+def generate_us(model: Model, rng: np.random.Generator) -> tuple[float, float]:
+    """Wall microseconds per decoded token of `generate` (B one-token prompts, GENERATED tokens each, greedy) and of a
+    replayed step at the middle of that run."""
+    cfg = model.cfg
+    requests = [Request([int(rng.integers(cfg.model.vocab_size))], GENERATED) for _ in range(cfg.batch)]
+    arrivals: list[float] = []
+    model.generate(requests, lambda index, token: arrivals.append(time.perf_counter()))
+    steps = GENERATED - 1
+    wall = (arrivals[-1] - arrivals[cfg.batch - 1]) / steps * 1e6  # from the first step's tokens to the last's
+    start_lanes(model, rng, GENERATED // 2)
+    replay = step_us(model)
+    model.reset_lanes()
+    return wall, replay
+
+
+def memory_flat(name: str, kernels_for, rng: np.random.Generator) -> dict:
+    """Device memory in use before and after a LONG_RUN-token generation at B = 1."""
+    cfg = model_config(name, 1, max_len=LONG_RUN + 16)
+    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(model_plan(cfg), 1))
+    model.capture()
+    model.generate([Request([1], 16)])
+    torch.cuda.synchronize()
+    free_before = torch.cuda.mem_get_info()[0]
+    out = model.generate([Request([1], LONG_RUN)])
+    torch.cuda.synchronize()
+    free_after = torch.cuda.mem_get_info()[0]
+    return {"case": f"{name}:1", "generated": len(out[0]), "device_bytes_freed": free_after - free_before}
+
+
+def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> dict:
+    cfg = model_config(name, batch)
+    plan = model_plan(cfg)
+    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(plan, batch))
+    model.capture()
+    start_lanes(model, rng, POSITION)
+    us = step_us(model)
+    model.reset_lanes()
+    floor = floor_bytes(cfg, plan, POSITION)
+    floor_us = floor["total"] / (GPU.peak_gbps * 1e3)
+    row = {
+        "case": f"{name}:{batch}",
+        "launches": len(plan.launches),
+        "ms_per_token": round(us / 1e3, 4),
+        "tokens_per_s": round(batch / us * 1e6, 1),
+        "floor_bytes": floor,
+        "floor_ms": round(floor_us / 1e3, 4),
+        "x_floor": round(us / floor_us, 3),
+        "pct_of_peak": round(100 * floor_us / us, 1),
+    }
+    if batch == 1:
+        wall, replay = generate_us(model, rng)
+        row |= {"generate_us_per_token": round(wall, 2), "replay_us_mid_generate": round(replay, 2)}
+        row["generate_over_replay"] = round(wall / replay, 3)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="+", default=CASES, help="PRESET:BATCH")
+    p.add_argument("--library", help="build root holding the model's CUDA builds (default: compile here)")
+    p.add_argument("--memory", default="qwen3.5-0.8b", help="preset of the long-run memory check ('' skips it)")
+    p.add_argument("--out", default="benchmarks/results/h200_model.json")
+    args = p.parse_args(argv)
+
+    def kernels_for(cfg: DecodeConfig):
+        if args.library:
+            from gdn_tvm.runtime.module import load
+
+            return load(args.library, cfg, "cuda")
+        from gdn_tvm.codegen.compile import build_kernels
+        from gdn_tvm.target import cuda
+
+        return build_kernels(cfg, cuda(), model_plan(cfg).ops)
+
+    results = Results(
+        args.out, "benchmarks.model", argv, peak_gbps=GPU.peak_gbps, max_len=MAX_LEN, position=POSITION,
+        dtypes={"weight": "bfloat16", "kv": "bfloat16", "state": "float32"},
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    for case in args.cases:
+        name, batch = case.split(":")
+        try:
+            row = bench_case(name, int(batch), kernels_for, rng)
+            row["compiler"] = build_compiler(args.library, model_config(name, int(batch)))
+        except Exception as err:  # a failed case is recorded; the run goes on
+            row = {"case": case, "error": f"{type(err).__name__}: {err}"}
+        results.add(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    if args.memory:
+        row = memory_flat(args.memory, kernels_for, rng)
+        results.add(row)
+        print(json.dumps(row), flush=True)
+    results.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
