@@ -1,5 +1,6 @@
 """The whole model's decode step on the GPU (`runtime.model.Model`): milliseconds per token and tokens/s,
-graph-replayed, next to the step's byte floor; what a caller of `generate` sees per token against the replay; device
+graph-replayed, next to the step's byte floor and the PyTorch + fla model (`benchmarks.torch_model`, checked against
+ours first) in the same run; what a caller of `generate` sees per token against the replay; device
 memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU.
 
 python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
@@ -30,6 +31,11 @@ from gdn_tvm.runtime.model import Model, Request
 CASES = [f"qwen3.5-0.8b:{b}" for b in (1, 8, 32, 128)] + [f"qwen3.5-4b:{b}" for b in (1, 8, 32, 128)] + ["qwen3.5-9b:1"]
 MAX_LEN, POSITION = 4096, 2048
 REPEATS, STEPS = 25, 8  # medians of REPEATS timings of STEPS replays (positions move on by REPEATS * STEPS)
+CHECK_STEPS = 4  # steps from zero states on which the baseline's logits are checked against ours
+# The baseline runs bf16 activations: each GEMM input, norm output and residual branch rounded to 8 bits (2^-9
+# relative) through every layer, where ours stay float32; its logits land within a few percent of ours, and a wrong
+# baseline (a swapped argument, a missed norm) lands at order one.
+BASELINE_TOL = 5e-2
 GENERATED = 512  # tokens a `generate` run decodes per lane
 LONG_RUN = 10_000  # tokens of the memory check (B = 1)
 
@@ -128,11 +134,71 @@ def memory_flat(name: str, kernels_for, rng: np.random.Generator) -> dict:
     return {"case": f"{name}:1", "generated": len(out[0]), "device_bytes_freed": free_after - free_before}
 
 
+def check_baseline(model: Model, baseline, rng: np.random.Generator) -> float:
+    """The largest relative L-inf distance, over lanes and CHECK_STEPS steps from zero states on the same tokens,
+    between the baseline's logits and ours."""
+    cfg = model.cfg
+    ids = rng.integers(0, cfg.model.vocab_size, (CHECK_STEPS, cfg.batch))
+    for lane in range(cfg.batch):  # slots 0..B-1 in lane order, as the baseline has them; every step a prompt token
+        model.start(Request([*ids[:, lane].tolist(), 0], 1))
+    worst = 0.0
+    for t in range(CHECK_STEPS):
+        model.events(model.launch())
+        ours = model.logits.numpy().astype(np.float64)
+        theirs = baseline.step(torch.from_numpy(ids[t]).cuda(), t).double().cpu().numpy()
+        worst = max(worst, float((np.abs(theirs - ours).max(1) / np.abs(ours).max(1)).max()))
+    model.reset_lanes()
+    return worst
+
+
+def baseline_us(baseline, cfg: DecodeConfig, rng: np.random.Generator) -> float:
+    """Median microseconds of the baseline's step at POSITION, captured as one torch CUDA graph and replayed."""
+    ids = torch.from_numpy(rng.integers(0, cfg.model.vocab_size, cfg.batch)).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        baseline.step(ids, POSITION)  # warm-up (Triton compiles here)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        baseline.step(ids, POSITION)
+    times = []
+    for _ in range(REPEATS + 1):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(STEPS):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / STEPS)
+    return statistics.median(times[1:])
+
+
+def bench_baseline(model: Model, weights: dict, rng: np.random.Generator) -> dict:
+    """The PyTorch + fla model on the same weights: checked against ours, then timed; a failure is recorded."""
+    from benchmarks.torch_model import TorchModel
+
+    try:
+        baseline = TorchModel(model.cfg, weights)
+        err = check_baseline(model, baseline, rng)
+        if err > BASELINE_TOL:
+            return {"torch_fla_error": f"wrong: logits {err:.2e} from ours (tolerance {BASELINE_TOL})"}
+        us = baseline_us(baseline, model.cfg, rng)
+        return {"torch_fla_ms": round(us / 1e3, 4), "torch_fla_rel_err": float(f"{err:.3g}")}
+    except Exception as err:  # recorded; the run goes on
+        model.reset_lanes()
+        return {"torch_fla_error": f"failed: {type(err).__name__}: {err}"}
+    finally:
+        torch.cuda.empty_cache()
+
+
 def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> dict:
     cfg = model_config(name, batch)
     plan = model_plan(cfg)
-    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(plan, batch))
+    weights = gpu_weights(plan, batch)
+    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), weights)
     model.capture()
+    versus = bench_baseline(model, weights, rng)
     start_lanes(model, rng, POSITION)
     us = step_us(model)
     model.reset_lanes()
@@ -147,7 +213,10 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
         "floor_ms": round(floor_us / 1e3, 4),
         "x_floor": round(us / floor_us, 3),
         "pct_of_peak": round(100 * floor_us / us, 1),
+        **versus,
     }
+    if "torch_fla_ms" in versus:
+        row["speedup_vs_torch_fla"] = round(versus["torch_fla_ms"] * 1e3 / us, 3)
     if batch == 1:
         wall, replay = generate_us(model, rng)
         row |= {"generate_us_per_token": round(wall, 2), "replay_us_mid_generate": round(replay, 2)}
