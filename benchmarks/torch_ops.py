@@ -62,8 +62,9 @@ def split_interleaved(model, src, q, gate, **_):
 
 
 def per_head_rmsnorm(model, q, k, q_norm, k_norm, q_out, k_out, **_):
-    q_out.copy_(q * torch.rsqrt((q * q).mean(-1, keepdim=True) + model.rms_norm_eps) * q_norm)
-    k_out.copy_(k * torch.rsqrt((k * k).mean(-1, keepdim=True) + model.rms_norm_eps) * k_norm)
+    """Zero-centred weights, as Hugging Face's Qwen3.5 RMSNorm: `x * rsqrt(mean(x^2) + eps) * (1 + w.float())`."""
+    for x, w, out in ((q, q_norm, q_out), (k, k_norm, k_out)):
+        out.copy_(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + model.rms_norm_eps) * (1.0 + w.float()))
 
 
 def partial_neox_rope(model, q, k, q_out, k_out, positions, **_):
