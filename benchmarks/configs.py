@@ -13,9 +13,10 @@ STEP_BATCHES = (1, 32)
 STEP_MAX_LEN = 4096
 
 
-def op_config(model: str, batch: int) -> DecodeConfig:
-    """One op-benchmark shape: every lane at the last of `OP_MAX_LEN[batch]` cache rows."""
-    return DecodeConfig(preset(model), batch=batch, max_len=OP_MAX_LEN.get(batch, 1024))
+def op_config(model: str, batch: int, **dtypes: str) -> DecodeConfig:
+    """One op-benchmark shape: every lane at the last of `OP_MAX_LEN[batch]` cache rows; `dtypes`: storage dtypes by
+    `DecodeConfig` field (default: its defaults)."""
+    return DecodeConfig(preset(model), batch=batch, max_len=OP_MAX_LEN.get(batch, 1024), **dtypes)
 
 
 def step_config(model: str, batch: int) -> DecodeConfig:

@@ -23,7 +23,10 @@ class FlaStep:
     """One step of fla on inputs made from the kernel's (`values`: the op's arguments by name, every lane active on
     slots 0..B-1). Fused: raw q and k (normalised by fla, `use_qk_l2norm_in_kernel`), raw `a` with `A_log = log(-A)`
     and `dt_bias` (`use_gate_in_kernel`), raw `b` (`use_beta_sigmoid_in_kernel`). Calling it runs one step;
-    `outputs()` gives the last call's o [B, Hv, Dv] and state [S, Hv, Dv, Dk] in the kernel's layout."""
+    `outputs()` gives the last call's o [B, Hv, Dv] and state [S, Hv, Dv, Dk] in the kernel's layout and its storage
+    dtype (fla returns a float32 final state; a bf16 pool stores it rounded)."""
+
+    tolerance = None  # checked within the op's own tolerance
 
     def __init__(self, cfg: DecodeConfig, values: dict, fused: bool, v_first: bool) -> None:
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
@@ -40,7 +43,7 @@ class FlaStep:
             heads = torch.tensor([m.key_head(h) for h in range(hv)], device=qk.device)
             q, k = q[:, :, heads], k[:, :, heads]
         state = values["state"] if v_first else values["state"].transpose(-1, -2)
-        self.v_first = v_first
+        self.v_first, self.state_dtype = v_first, values["state"].dtype
         self.args = {
             "q": q.contiguous(),
             "k": k.contiguous(),
@@ -71,4 +74,5 @@ class FlaStep:
         if self.last is None:
             raise RuntimeError("fla has not run yet")
         o, final = self.last
-        return {"o": o[:, 0], "state": final if self.v_first else final.transpose(-1, -2)}
+        state = final if self.v_first else final.transpose(-1, -2)
+        return {"o": o[:, 0], "state": state.to(self.state_dtype)}

@@ -1,12 +1,14 @@
 """Prebuild the CUDA modules the GPU benchmarks load, on any machine with the CUDA headers (the
 pinned NVRTC compiles through a stub driver: no GPU needed).
 
-python -m benchmarks.prebuild [--out build/bench]
+python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
 schedule; none for a config without any log), and under `<out>/dlight/` the op
-benchmark's dlight baselines. Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned
-<out>/tuned`, `--dlight-library <out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
+benchmark's dlight baselines. The op benchmark's configs are built at the storage dtypes given (pass the same flags
+to `benchmarks.run`; a build's name holds them), the step benchmark's at the default dtypes only (it runs no other).
+Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned <out>/tuned`, `--dlight-library
+<out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from benchmarks.configs import (
     step_config,
 )
 from gdn_tvm import naming
+from gdn_tvm.cli import add_dtype_arguments, dtypes
+from gdn_tvm.config import DTYPE_FIELDS, DecodeConfig
 from gdn_tvm.export.artifact import build
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS, workload_groups
@@ -37,12 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="build/bench")
     p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
+    add_dtype_arguments(p)
     args = p.parse_args(argv)
+    stored = dtypes(args)
+    steps = [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
+    if stored != {field: getattr(DecodeConfig, field) for field in DTYPE_FIELDS}:
+        print("no step modules: benchmarks.steps runs at the default storage dtypes only", flush=True)
+        steps = []
     wanted: dict[str, tuple] = {}  # one module per config, holding every op any benchmark needs of it
     for cfg, names in (
-        [(op_config(OP_PRESET, b), list(OPS)) for b in OP_BATCHES]
-        + [(op_config(OP_PRESET, b), ["delta_rule", "delta_rule_fused"]) for b in DELTA_BATCHES]
-        + [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
+        [(op_config(OP_PRESET, b, **stored), list(OPS)) for b in OP_BATCHES]
+        + [(op_config(OP_PRESET, b, **stored), ["delta_rule", "delta_rule_fused"]) for b in DELTA_BATCHES]
+        + steps
     ):
         _, have = wanted.setdefault(naming.build(cfg, "cuda"), (cfg, []))
         have.extend(n for n in names if n not in have)
@@ -50,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         for cfg, names in wanted.values():
             build(cfg, cuda(), no_logs, f"{args.out}/hand", allow_hand=True, names=names)
     for batch in OP_BATCHES:
-        build(op_config(OP_PRESET, batch), cuda(), "", f"{args.out}/dlight", names=list(OPS), dlight=True)
+        build(op_config(OP_PRESET, batch, **stored), cuda(), "", f"{args.out}/dlight", names=list(OPS), dlight=True)
     for cfg, names in wanted.values():
         if any(records.has_log(Path(args.work_dir) / key) for key in workload_groups(cfg, "cuda", names)):
             build(cfg, cuda(), args.work_dir, f"{args.out}/tuned", allow_hand=True, names=names)

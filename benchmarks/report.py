@@ -31,13 +31,14 @@ def _partial(data: dict) -> list[str]:
 
 def ops_table(data: dict) -> list[str]:
     lines = [
-        f"### Operators — {data['preset']} on {data['gpu']} (commit {data['commit']})",
+        f"### Operators — {data['preset']}{_dtypes(data)} on {data['gpu']} (commit {data['commit']})",
         "",
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
         f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not "
         "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB). fla: the state in our "
-        f"V-first layout (`state_v_first=True`); fla K-first: its default layout.{_checked(data)}",
+        f"V-first layout (`state_v_first=True`); fla K-first: its default layout.{_bf16_baselines(data)}"
+        f"{_checked(data)}",
         "",
         f"| op | B | TVM us | GB/s | % of {data['peak_gbps'] / 1e3:.1f} TB/s | L2-hot us | tuned us | dlight us "
         "| torch us | fla us | fla GB/s | fla K-first us |",
@@ -51,6 +52,26 @@ def ops_table(data: dict) -> list[str]:
             f"| {_fmt(r.get('fla_gbps'), 0)} | {_baseline(r, 'fla_kfirst')} |"
         )
     return lines
+
+
+def _dtypes(data: dict) -> str:
+    """The run's storage dtypes where one is not float32 (", weight bfloat16, kv bfloat16, state float32"); "" for
+    float32 runs and for older results, which do not record them."""
+    stored = data.get("dtypes", {})
+    if all(dtype == "float32" for dtype in stored.values()):
+        return ""
+    return "".join(f", {field.removesuffix('_dtype')} {dtype}" for field, dtype in stored.items())
+
+
+def _bf16_baselines(data: dict) -> str:
+    """The sentence on PyTorch's bf16 activations, for runs whose GEMV weights or KV cache are bf16."""
+    stored = data.get("dtypes", {})
+    if "bfloat16" not in (stored.get("weight_dtype"), stored.get("kv_dtype")):
+        return ""
+    return (
+        " PyTorch runs its GEMVs on bf16 weights and its attention on a bf16 cache with bf16 activations, as engines "
+        "do (cuBLAS bf16, bf16 SDPA), checked within 1e-2 (`torch_ops.BF16_ACTIVATIONS_TOL`)."
+    )
 
 
 def _checked(data: dict) -> str:
@@ -120,9 +141,9 @@ def plot(data: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5))
-    for batch in sorted({r["batch"] for r in data["rows"]}):
-        rows = [r for r in data["rows"] if r["batch"] == batch]
-        ax.scatter([r["bytes"] for r in rows], [r["tvm_gbps"] for r in rows], label=f"B={batch}", s=18)
+    for batch, dtypes in sorted({(r["batch"], r.get("dtypes", "")) for r in data["rows"]}):
+        rows = [r for r in data["rows"] if (r["batch"], r.get("dtypes", "")) == (batch, dtypes)]
+        ax.scatter([r["bytes"] for r in rows], [r["tvm_gbps"] for r in rows], label=f"B={batch}{dtypes}", s=18)
     ax.axhline(data["peak_gbps"], color="k", ls="--", lw=1, label=f"{data['peak_gbps'] / 1e3:.1f} TB/s copy peak")
     ax.set_xscale("log")
     ax.set_xlabel("bytes moved per launch")
@@ -144,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     for data in runs:
         out += ops_table(data) + [""]
     if runs:
-        plot({**runs[0], "rows": [r for data in runs for r in data["rows"]]}, args.doc.parent / PLOT)
+        rows = [r | ({"dtypes": _dtypes(data)} if _dtypes(data) else {}) for data in runs for r in data["rows"]]
+        plot({**runs[0], "rows": rows}, args.doc.parent / PLOT)
         out += [f"![achieved bandwidth per op]({PLOT})", ""]
     for steps in sorted(args.results.glob("*steps.json")):
         out += steps_table(json.loads(steps.read_text())) + [""]

@@ -1,8 +1,11 @@
 """The benchmark runner: registry ops on the GPU, hand schedules vs PyTorch eager (and fla for the delta rule).
 
 python -m benchmarks.run [--preset qwen3.5-4b] [--batches 1 32 256] [--ops NAME ...] [--out FILE]
+    [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
 Per op and shape: median microseconds (CUDA-graph replayed, rotating inputs so L2 doesn't serve them), bytes
-moved, achieved GB/s and % of the 4.3 TB/s copy peak; the baselines measured in the same run.
+moved, achieved GB/s and % of the 4.3 TB/s copy peak; the baselines measured in the same run. The storage dtypes
+(float32 or bfloat16, default `DecodeConfig`'s) set what the kernels read and store; the PyTorch GEMV and attention
+baselines then run on bf16 activations, as engines do (`torch_ops.activation_dtype`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Protocol
 
+import ml_dtypes
 import numpy as np
 import torch
 import tvm
@@ -21,6 +25,7 @@ from benchmarks.configs import OP_BATCHES, OP_PRESET, op_config
 from benchmarks.record import Results
 from benchmarks.timing import gbps, time_eager, time_graph
 from gdn_tvm import naming
+from gdn_tvm.cli import add_dtype_arguments, dtypes
 from gdn_tvm.codegen.compile import compile_dlight, compile_op
 from gdn_tvm.codegen.library import cuda_compiler
 from gdn_tvm.config import DecodeConfig
@@ -49,8 +54,23 @@ def inputs(
             v = np.full(a.shape, at, np.int32)
         else:
             v = sample(a, rng)
-        values[a.name] = torch.from_numpy(np.nan_to_num(v)).to(device)
+        values[a.name] = to_torch(np.nan_to_num(v)).to(device)
     return values
+
+
+def to_torch(v: np.ndarray) -> torch.Tensor:
+    """A torch tensor sharing host array `v` (a bf16 one through a uint16 view: torch takes no ml_dtypes bf16)."""
+    if v.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(v.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(v)
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A host numpy copy of `t`, bf16 as ml_dtypes bf16 (so a check allows it its one bf16 ulp)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def input_sets(
@@ -133,7 +153,10 @@ def schedule_summary(root: str, cfg: DecodeConfig) -> str:
 
 class Step(Protocol):
     """A baseline bound to one input set: calling it runs one step; `outputs()` gives the last step's outputs and
-    states by the op's argument names, in the kernel's layout."""
+    states by the op's argument names, in the kernel's layout; `tolerance` is its check's relative L-inf tolerance
+    where that is not the op's own (None)."""
+
+    tolerance: float | None
 
     def __call__(self) -> None: ...
 
@@ -141,11 +164,12 @@ class Step(Protocol):
 
 
 class TorchStep:
-    """The PyTorch implementation of `op` on `values` (updated in place, like the kernel); `outputs()` gives its
-    outputs and states by argument name."""
+    """The PyTorch implementation of `op` on `values` (updated in place, like the kernel; activations converted to
+    `torch_ops.activation_dtype` first); `outputs()` gives its outputs and states by argument name."""
 
     def __init__(self, op: Op, cfg: DecodeConfig, values: dict) -> None:
-        self.run, self.cfg, self.values = torch_ops.baseline(op), cfg, values
+        self.run, self.cfg, self.values = torch_ops.baseline(op), cfg, torch_ops.activations(op, cfg, values)
+        self.tolerance = torch_ops.tolerance(op, cfg)
         self.names = [a.name for a in visible(op.signature(cfg)) if a.role in ("out", "state")]
 
     def __call__(self) -> None:
@@ -170,23 +194,29 @@ def baselines(op: Op) -> dict[str, tuple[Callable[[DecodeConfig, dict], Step], C
 
 def expected(op: Op, cfg: DecodeConfig, values: dict) -> dict[str, np.ndarray]:
     """The float64 reference's outputs and states on (host copies of) `values`, by argument name."""
-    expect = reference_copy({n: v.cpu().numpy() for n, v in values.items()})
+    expect = reference_copy({n: to_numpy(v) for n, v in values.items()})
     op.run_reference(cfg, expect)
     return {a.name: expect[a.name] for a in visible(op.signature(cfg)) if a.role in ("out", "state")}
 
 
 def check(
-    op: Op, cfg: DecodeConfig, outputs: dict[str, torch.Tensor], expect: dict[str, np.ndarray]
+    op: Op,
+    cfg: DecodeConfig,
+    outputs: dict[str, torch.Tensor],
+    expect: dict[str, np.ndarray],
+    tol: float | None = None,
 ) -> tuple[float, str | None]:
     """The largest relative L-inf error of `outputs` against `expect`, and why they do not match (None: they do,
-    within the per-op tolerance of the op's dtypes at `cfg`; bit for bit for data movement)."""
+    within `tol`, by default the per-op tolerance of the op's dtypes at `cfg`; bit for bit for data movement)."""
     worst, why = 0.0, None
-    tol = 0 if op.exact else tolerance(a.dtype for a in visible(op.signature(cfg)))
+    if tol is None:
+        tol = 0 if op.exact else tolerance(a.dtype for a in visible(op.signature(cfg)))
     for name, ref in expect.items():
-        out = outputs[name].detach().cpu().double().numpy()
+        host = to_numpy(outputs[name])
+        out = host.astype(np.float64)
         if out.shape == ref.shape and not np.isnan(out).any():
             worst = max(worst, float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-30)))
-        why = why or (f"{name}: {reason}" if (reason := mismatch(out, ref, tol)) else None)
+        why = why or (f"{name}: {reason}" if (reason := mismatch(host, ref, tol)) else None)
     return worst, why
 
 
@@ -215,7 +245,7 @@ def bench_op(
         try:
             first = make(cfg, clone(pristine))
             first()
-            row[f"{label}_rel_err"], why = check(op, cfg, first.outputs(), expect)
+            row[f"{label}_rel_err"], why = check(op, cfg, first.outputs(), expect, first.tolerance)
             if why:
                 row[f"{label}_error"] = f"wrong: {why}"
                 continue
@@ -263,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuned", help="build root of `make build --target cuda` from tuning logs: adds a tuned column")
     p.add_argument("--dlight", action="store_true", help="add TVM's dlight default schedules (where they apply)")
     p.add_argument("--dlight-library", help="build root of prebuilt dlight modules (`benchmarks.prebuild`): --dlight")
+    add_dtype_arguments(p)
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     floor = empty_launch_us()
@@ -272,13 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks.run",
         argv,
         preset=args.preset,
+        dtypes=dtypes(args),
         peak_gbps=GPU.peak_gbps,
         empty_launch_us=floor,
         compilers={},
     )
     wrong: list[str] = []
     for batch in args.batches:
-        cfg = op_config(args.preset, batch)
+        cfg = op_config(args.preset, batch, **dtypes(args))
         kernels = kernels_for(cfg, args.ops, args.library)
         tuned = library_kernels(args.tuned, cfg, tuned_only=True)
         dlight = library_kernels(args.dlight_library, cfg)

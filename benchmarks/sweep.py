@@ -2,13 +2,15 @@
 
 python -m benchmarks.sweep --op delta_rule [delta_rule_fused ...] --batches 1 32 [--preset qwen3.5-4b]
     [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--out-of-place] [--jobs N] [--out FILE]
+    [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
 Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON; it is how
 the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
 and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128); `--position`
 puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--knobs
 '{"lanes": 16}' ...` times those combinations instead of the grid; `--out-of-place` also times each design writing
 its in-place state to a buffer of its own, as fla does (does the in-place update cost bandwidth?); `--jobs N`
-compiles the designs in N processes first (a grid of 40 designs at 5 batches is minutes of compiling in one).
+compiles the designs in N processes first (a grid of 40 designs at 5 batches is minutes of compiling in one); the
+storage dtypes are the op benchmark's (a row names those that are not float32).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import tvm
 from benchmarks.configs import op_config
 from benchmarks.run import GPU, check, clone, expected, input_sets, time_kernel
 from benchmarks.timing import gbps, time_graph
+from gdn_tvm.cli import add_dtype_arguments, dtypes
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.codegen.library import export_library
 from gdn_tvm.config import DecodeConfig
@@ -48,14 +51,17 @@ def sweep(
     pool: Executor | None = None,
     combos: list[dict] | None = None,
     out_of_place: bool = False,
+    stored: dict[str, str] | None = None,
     **shape,
 ) -> list[dict]:
-    """Every knob-grid design of `name` (or the knob combinations `combos`) at the op benchmark's shape for `batch`,
-    with `shape` (max_len, split_len) replaced where given, every sequence at `position` (default: the last row);
-    compiled by `pool` where given; `out_of_place`: also timed with each in-place state written to a buffer of its
-    own (`out_of_place_us`), as fla writes its final state."""
-    op = OPS[name]
-    cfg = op_config(preset, batch).replace(**{k: v for k, v in shape.items() if v is not None})
+    """Every knob-grid design of `name` (or the knob combinations `combos`) at the op benchmark's shape for `batch`
+    and storage dtypes `stored` (by `DecodeConfig` field; default its defaults), with `shape` (max_len, split_len)
+    replaced where given, every sequence at `position` (default: the last row); compiled by `pool` where given;
+    `out_of_place`: also timed with each in-place state written to a buffer of its own (`out_of_place_us`), as fla
+    writes its final state."""
+    op, stored = OPS[name], stored or {}
+    cfg = op_config(preset, batch, **stored).replace(**{k: v for k, v in shape.items() if v is not None})
+    named = {field: dtype for field, dtype in stored.items() if dtype != "float32"}
     if position is not None and not 0 <= position < cfg.max_len:
         raise ValueError(f"position {position} is outside the cache's {cfg.max_len} rows")
     nbytes = traffic(op, cfg)
@@ -71,11 +77,11 @@ def sweep(
         kernel.launch(copy)
         err, why = check(op, cfg, copy, expect)
         if why:  # a wrong design is recorded, never timed, and fails the run (`main`)
-            rows.append({"op": name, "batch": batch, "knobs": combo or "defaults", "error": f"wrong: {why}"})
+            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": f"wrong: {why}"})
             print(json.dumps(rows[-1]), flush=True)
             continue
         us = time_kernel(kernel, value_sets)
-        rows.append({"op": name, "batch": batch, "max_len": cfg.max_len, "split_len": cfg.split_len,
+        rows.append({"op": name, "batch": batch, **named, "max_len": cfg.max_len, "split_len": cfg.split_len,
                      "position": cfg.max_len - 1 if position is None else position,
                      "knobs": combo or "defaults", "us": round(us, 3), "rel_err": float(f"{err:.3g}")})  # fmt: skip
         if out_of_place:
@@ -146,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-of-place", action="store_true", help="also time states written to buffers of their own")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the designs (default: compile here)")
     p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl")
+    add_dtype_arguments(p)
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
     shape = {"max_len": args.max_len, "split_len": args.split_len}
@@ -155,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         r
         for name in args.op
         for batch in args.batches
-        for r in sweep(name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, **shape)
+        for r in sweep(
+            name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, dtypes(args), **shape
+        )
     ]
     if pool is not None:
         pool.shutdown()

@@ -18,9 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len", type=int, default=DecodeConfig.max_len, help="KV rows per slot")
     parser.add_argument("--split-len", type=int, default=DecodeConfig.split_len, help="positions per split-KV chunk")
     parser.add_argument("--head-mapping", default="grouped", choices=HEAD_MAPPINGS)
-    for field in DTYPE_FIELDS:
-        default = getattr(DecodeConfig, field)
-        parser.add_argument(f"--{field.replace('_', '-')}", default=default, choices=DTYPES, help=f"default {default}")
+    add_dtype_arguments(parser)
     parser.add_argument("--target", default="auto", choices=("auto", "llvm", "cuda"))
     parser.add_argument(
         "--ops",
@@ -30,16 +28,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_dtype_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--weight-dtype --kv-dtype --state-dtype`: `DecodeConfig`'s storage dtypes (default: its defaults)."""
+    for field in DTYPE_FIELDS:
+        default = getattr(DecodeConfig, field)
+        parser.add_argument(f"--{field.replace('_', '-')}", default=default, choices=DTYPES, help=f"default {default}")
+
+
+def dtypes(args: argparse.Namespace) -> dict[str, str]:
+    """The storage dtypes the options name, by `DecodeConfig` field."""
+    return {field: getattr(args, field) for field in DTYPE_FIELDS}
+
+
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The `DecodeConfig` the options describe."""
-    dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
     return DecodeConfig(
         preset(args.preset),
         batch=args.batch,
         slots=args.slots,
         max_len=args.max_len,
         split_len=args.split_len,
-        **dtypes,
+        **dtypes(args),
     ).replace(head_mapping=args.head_mapping)
 
 

@@ -112,7 +112,8 @@ def gdn_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def attention_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Gated attention mixer weights by checkpoint name (q_norm, k_norm as w_eff = 1 + w)."""
+    """Gated attention mixer weights by checkpoint name (q_norm, k_norm zero-centred, as stored: the kernel scales by
+    1 + w)."""
     p = m.projections
     return {
         "q_proj": p["q_proj"],
@@ -128,8 +129,8 @@ WEIGHTS = {"gdn": gdn_weights, "attention": attention_weights}
 
 
 def block_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """A decoder layer's weights around its mixer, by checkpoint name: its two norms (as w_eff = 1 + w) and, where
-    the model's MLP is dense, the SwiGLU MLP's (`mlp.` in the checkpoint)."""
+    """A decoder layer's weights around its mixer, by checkpoint name: its two norms (zero-centred, as stored) and,
+    where the model's MLP is dense, the SwiGLU MLP's (`mlp.` in the checkpoint)."""
     names: dict[str, tuple[int, ...]] = {"input_layernorm": (m.hidden,), "post_attention_layernorm": (m.hidden,)}
     if m.intermediate_size is not None:
         width = m.intermediate_size
@@ -138,7 +139,7 @@ def block_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def model_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The weights outside the layers, by checkpoint name: the embedding table, the final norm (w_eff) and the LM
+    """The weights outside the layers, by checkpoint name: the embedding table, the final norm (zero-centred) and the LM
     head (the embedding table itself where `tie_word_embeddings`)."""
     return {"embed_tokens": (m.vocab_size, m.hidden), "norm": (m.hidden,), "lm_head": (m.vocab_size, m.hidden)}
 

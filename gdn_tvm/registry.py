@@ -168,10 +168,10 @@ _ENTRIES = [
     ),
     _entry("sigmoid_gate", _dims("batch", "n_q_heads", "head_dim")),
     _entry("embedding", _dims("batch", "vocab_size", "hidden", "weight_dtype"), exact=True),
-    _entry("add_rmsnorm", _dims("batch", "hidden", "rms_norm_eps"), ref_params=("rms_norm_eps",)),
+    _entry("add_rmsnorm", _dims("batch", "hidden", "rms_norm_eps", "weight_dtype"), ref_params=("rms_norm_eps",)),
     _entry(
         "add_rmsnorm",
-        _dims("batch", "hidden", "rms_norm_eps"),
+        _dims("batch", "hidden", "rms_norm_eps", "weight_dtype"),
         name="rmsnorm",
         ref="rmsnorm",
         ref_params=("rms_norm_eps",),

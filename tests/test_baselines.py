@@ -9,11 +9,11 @@ import torch
 import tvm
 from conftest import CASES, assert_close
 
-from benchmarks import fla_ops, profile, run, steps, swap, sweep, timing, torch_ops
+from benchmarks import fla_ops, profile, report, run, steps, swap, sweep, timing, torch_ops
 from benchmarks.record import portable_arg
 from benchmarks.run import input_sets, inputs
 from benchmarks.steps import TorchStack, state_bytes
-from gdn_tvm.codegen.compile import build_kernels
+from gdn_tvm.codegen.compile import build_kernels, compile_op
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.stack import HybridStack
@@ -23,6 +23,7 @@ from gdn_tvm.traffic import LAUNCHES, rotating_sets, traffic
 from gdn_tvm.verify import TOL_LAYER, TOL_OP, reference_copy
 
 CFG = CASES["4b-B3"].replace(slots=3)  # the benchmark's layout: every lane active, slots 0..B-1
+BF16 = CFG.replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
 TWINNED = [n for n, op in OPS.items() if torch_ops.baseline(op) is not None]
 
 
@@ -36,6 +37,58 @@ def test_torch_baseline_matches_reference(name, rng):
     for a in visible(op.signature(CFG)):
         if a.role in ("out", "state"):
             assert_close(values[a.name].numpy(), expect[a.name], 0 if op.exact else TOL_OP, f"{name}.{a.name}")
+
+
+@pytest.mark.parametrize("name", TWINNED)
+def test_bf16_torch_baseline_passes_the_benchmark_check(name, rng):
+    """At bf16 storage the benchmark's PyTorch step (its GEMVs and attention on bf16 activations, as engines run
+    them; the rest in float32 on widened weights, states stored rounded) passes the check it gets before timing:
+    the per-op tolerance, or the stated bf16-activation one for exactly those matmuls."""
+    op = OPS[name]
+    values = inputs(op, BF16, rng, device="cpu")
+    step = run.TorchStep(op, BF16, run.clone(values))
+    step()
+    _, why = run.check(op, BF16, step.outputs(), run.expected(op, BF16, values), step.tolerance)
+    assert why is None, why
+    matmul = op.family in ("gemv", "decode_attention")
+    assert step.tolerance == (torch_ops.BF16_ACTIVATIONS_TOL if matmul else None)
+    assert torch_ops.activation_dtype(op, CFG) == torch.float32  # float32 storage: float32 activations
+
+
+def test_bf16_inputs_hold_the_sampled_bf16_values(rng):
+    """Arguments stored in bf16 reach torch as bfloat16 tensors (through a uint16 view), the others as before; the
+    reference reads the same values back."""
+    op = OPS["gemv_out_proj_norm"]
+    values = inputs(op, BF16, rng, device="cpu")
+    for a in visible(op.signature(BF16)):
+        assert str(values[a.name].dtype) == f"torch.{a.dtype}", a.name
+    w = values["w"]
+    assert torch.equal(run.to_torch(run.to_numpy(w)), w)
+    assert np.array_equal(reference_copy({"w": run.to_numpy(w)})["w"], w.double().numpy())
+
+
+@pytest.mark.parametrize("name", ["delta_rule", "kv_row_scatter", "gemv_out_proj_norm", "per_head_rmsnorm"])
+def test_bf16_kernel_passes_the_benchmark_check_on_torch_tensors(name, rng):
+    """Our kernel (llvm here) on the benchmark's bf16 torch inputs, checked as the benchmark checks it: the op's own
+    tolerance (a bf16 state within one bf16 ulp of the reference, the KV scatter bit for bit)."""
+    op = OPS[name]
+    values = inputs(op, BF16, rng, device="cpu")
+    expect = run.expected(op, BF16, values)
+    compile_op(op, BF16, llvm()).launch(values)
+    _, why = run.check(op, BF16, values, expect)
+    assert why is None, why
+
+
+def test_report_names_the_dtypes_of_a_bf16_run():
+    """A bf16 run's table says so and how its PyTorch matmuls ran; a float32 run's reads as before."""
+    row = {"op": "gemv_o_proj", "batch": 1, "tvm_us": 1.0, "tvm_gbps": 1.0, "tvm_pct_peak": 1.0}
+    data = {"preset": "qwen3.5-4b", "gpu": "H200", "commit": "c", "command": "x", "empty_launch_us": 1.0,
+            "peak_gbps": 4300.0, "rows": [row]}  # fmt: skip
+    f32 = report.ops_table(data)
+    assert report.ops_table(data | {"dtypes": dict.fromkeys(("weight_dtype", "kv_dtype"), "float32")}) == f32
+    bf16 = report.ops_table(data | {"dtypes": {"weight_dtype": "bfloat16", "kv_dtype": "float32"}})
+    assert bf16[0] == f32[0].replace("qwen3.5-4b", "qwen3.5-4b, weight bfloat16, kv float32")
+    assert "bf16 activations" in " ".join(bf16) and "bf16 activations" not in " ".join(f32)
 
 
 @pytest.mark.parametrize("name", ["delta_rule_fused", "gemv_out_proj", "kv_row_scatter"])
@@ -252,3 +305,29 @@ def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypa
     assert stack.io.positions.numpy().tolist() == [3, 3, 3] and np.array_equal(stack.x.numpy(), x)
     k_cache = stack.layers[0].tensors["k_cache"].numpy()
     assert np.abs(k_cache[:3, :3]).min(axis=(2, 3)).all()  # rows 0..2 of every slot written
+
+
+def test_torch_model_matches_the_model(rng):
+    """The whole-model baseline (float32 activations, its PyTorch recurrence in place of fla's) gives the model's
+    logits step after step, lanes on slots 0..B-1 as it has them."""
+    from benchmarks.torch_model import TorchModel
+    from gdn_tvm.config import DecodeConfig, ModelConfig
+    from gdn_tvm.plan import model as model_plan
+    from gdn_tvm.runtime.model import Model, Request
+    from gdn_tvm.runtime.weights import random_model_weights
+
+    m = ModelConfig(
+        "tiny", hidden=64, n_layers=4, n_q_heads=2, n_kv_heads=1, n_k_heads=2, n_v_heads=4, head_k_dim=16,
+        head_v_dim=16, head_dim=32, vocab_size=320, intermediate_size=96, tie_word_embeddings=False,
+    )  # fmt: skip
+    cfg = DecodeConfig(m, batch=2, max_len=32, split_len=16)
+    weights = random_model_weights(m, rng)
+    ours = Model(cfg, build_kernels(cfg, llvm(), model_plan(cfg).ops), tvm.cpu(), weights)
+    baseline = TorchModel(cfg, {k: torch.from_numpy(v) for k, v in weights.items()}, torch.float32, "torch")
+    ids = rng.integers(0, m.vocab_size, (8, cfg.batch))
+    for lane in range(cfg.batch):
+        ours.start(Request([*ids[:, lane].tolist(), 0], 1))
+    for t in range(len(ids)):
+        ours.events(ours.launch())
+        theirs = baseline.step(torch.from_numpy(ids[t]), t).numpy()
+        assert_close(theirs, ours.logits.numpy(), TOL_OP, f"step {t}")

@@ -140,7 +140,7 @@ def expected_weights(raw: dict, prefix: str, fused: bool) -> list[dict]:
         )
     p = f"{prefix}3.self_attn."
     attn = {n: f32[p + f"{n}.weight"] for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    layers.append(attn | {n: 1.0 + f32[p + f"{n}.weight"] for n in ("q_norm", "k_norm")})
+    layers.append(attn | {n: f32[p + f"{n}.weight"] for n in ("q_norm", "k_norm")})  # zero-centred, as stored
     return layers
 
 
@@ -150,7 +150,7 @@ def expected_weights(raw: dict, prefix: str, fused: bool) -> list[dict]:
 )
 def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused, weight_dtype):
     """A bf16 checkpoint: float32 weights for a float32 stack; for a bf16 one, the stored bf16 values as they are
-    (converted ones, `1 + w` and A, computed in float32 and rounded once; A and dt_bias stay float32)."""
+    (A computed in float32; A and dt_bias stay float32; the zero-centred q/k norms as stored)."""
     raw = write_checkpoint(tmp_path, rng, fused=fused, prefix=prefix, dtype=ml_dtypes.bfloat16)
     loaded = load_checkpoint(tmp_path, weight_dtype)
     m, layers = loaded.model, loaded.layers
@@ -163,6 +163,23 @@ def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused, weight_dtype
             dtype = stored_dtype(name, weight_dtype)
             assert value.dtype == dtype and np.array_equal(value, want[name].astype(dtype)), f"{kind} {name}"
             assert value.flags.c_contiguous, f"{kind} {name}"
+
+
+@pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16"])
+def test_zero_centred_norm_weights_come_through_as_stored(tmp_path, rng, weight_dtype):
+    """The q/k norms, both layer norms and the final norm of a bf16 checkpoint: its bits as they are in a bf16 stack,
+    widened exactly in a float32 one; no `1 + w` (the kernels add the 1 in float32)."""
+    raw = write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.", dtype=ml_dtypes.bfloat16)
+    loaded = load_checkpoint(tmp_path, weight_dtype).arrays()
+    names = {"norm": "model.norm.weight"}
+    names |= {f"layers.3.{n}": f"model.layers.3.self_attn.{n}.weight" for n in ("q_norm", "k_norm")}
+    for i in range(4):
+        names |= {
+            f"blocks.{i}.{n}": f"model.layers.{i}.{n}.weight" for n in ("input_layernorm", "post_attention_layernorm")
+        }
+    for name, key in names.items():
+        got, want = loaded[name], raw[key].astype(weight_dtype)
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), name
 
 
 def test_a_weight_dtype_outside_the_table_is_refused_by_name(tmp_path, rng):
@@ -444,12 +461,12 @@ def test_a_transformers_checkpoint_loads_every_tensor(tmp_path, rng, multimodal,
     m = loaded.model
     assert (m.vocab_size, m.intermediate_size, m.tie_word_embeddings) == (320, 96, tied)
     model = "model.language_model." if multimodal else "model."
-    want = {"embed_tokens": params[f"{model}embed_tokens.weight"], "norm": 1 + params[f"{model}norm.weight"]}
+    want = {"embed_tokens": params[f"{model}embed_tokens.weight"], "norm": params[f"{model}norm.weight"]}
     want["lm_head"] = params["lm_head.weight"]
     for i, kind in enumerate(m.layer_types):
         p = f"{model}layers.{i}."
         for name in ("input_layernorm", "post_attention_layernorm"):
-            want[f"blocks.{i}.{name}"] = 1 + params[f"{p}{name}.weight"]
+            want[f"blocks.{i}.{name}"] = params[f"{p}{name}.weight"]
         for name in ("gate_proj", "up_proj", "down_proj"):
             want[f"blocks.{i}.{name}"] = params[f"{p}mlp.{name}.weight"]
         mixer = p + ("linear_attn." if kind == "gdn" else "self_attn.")
@@ -469,7 +486,7 @@ def _kernel_layout(name: str, params: dict, mixer: str) -> np.ndarray:
     if name == "dt_bias":
         return params[mixer + name]
     w = params[f"{mixer}{name}.weight"]
-    return {"conv1d": w[:, 0] if w.ndim == 3 else w, "q_norm": 1 + w, "k_norm": 1 + w}.get(name, w)
+    return w[:, 0] if name == "conv1d" and w.ndim == 3 else w
 
 
 @pytest.mark.parametrize("multimodal", [True, False])

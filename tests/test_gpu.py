@@ -14,7 +14,7 @@ import tvm
 from conftest import assert_close, check_op_against_reference, reads_dtype
 from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
-from gdn_tvm.codegen.compile import build_kernels
+from gdn_tvm.codegen.compile import build_kernels, compile_op
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.export.artifact import build
 from gdn_tvm.plan import model as model_plan
@@ -173,6 +173,21 @@ def test_fla_baseline_computes_the_op(name, v_first, rng):
     err, why = run.check(op, cfg, step.outputs(), run.expected(op, cfg, values))
     assert why is None, f"{name} v_first={v_first}: {why}"
     assert err > 0, "fla's float32 result is not bit-identical to a float64 reference: the check read something else"
+
+
+@pytest.mark.parametrize(
+    "name", ["gemv_o_proj", "gemv_out_proj_norm", "decode_attention", "delta_rule", "kv_row_scatter"]
+)
+def test_bf16_op_benchmark_row(name, rng):
+    """The op benchmark at bf16 storage (bf16 torch inputs, PyTorch's matmuls on bf16 activations): our kernel and
+    the PyTorch baseline pass their checks and are timed; the row names the bf16 workload."""
+    from benchmarks import run
+    from benchmarks.configs import op_config
+
+    cfg = op_config("qwen3.5-0.8b", 8, weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
+    row = run.bench_op(OPS[name], cfg, compile_op(OPS[name], cfg, cuda()), rng)
+    assert "tvm_error" not in row and "torch_error" not in row, row
+    assert row["tvm_us"] > 0 and row["torch_us"] > 0 and "bf16" in row["key"], row
 
 
 MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, split_len=32).replace(

@@ -47,7 +47,14 @@ def test_bf16_op_cases_cover_every_dtype_reader():
     cfg = BF16_CASES["0.8b-B1-bf16"]
     readers = {n for n, op in OPS.items() if reads_dtype(op, cfg)}
     assert readers == {n for n, op in OPS.items() if any(a.dtype == "bfloat16" for a in op.signature(cfg))}
-    assert {"kv_row_scatter", "decode_attention", "per_head_rmsnorm", "gemv_out_proj_norm"} <= readers
+    assert {
+        "kv_row_scatter",
+        "decode_attention",
+        "per_head_rmsnorm",
+        "add_rmsnorm",
+        "rmsnorm",
+        "gemv_out_proj_norm",
+    } <= readers
 
 
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if any(p.endswith("_eps") for p in op.ref_params)])

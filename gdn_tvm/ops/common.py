@@ -16,6 +16,12 @@ def widened(value):
     return value if str(dtype) == "float32" else T.Cast("float32", value)
 
 
+def one_plus(w):
+    """`1 + w` of a zero-centred RMSNorm weight `w` (Qwen3.5 stores `w_eff - 1`), the 1 added in float32 to the
+    widened stored value, as Hugging Face's `1.0 + weight.float()` does: a TIR expression."""
+    return T.float32(1) + widened(w)
+
+
 def narrowed(value, dtype: str):
     """A float32 `value` as stored in `dtype`: itself, or rounded to the nearest even bf16: a TIR expression."""
     return value if dtype == "float32" else T.Cast(dtype, value)

@@ -1,7 +1,8 @@
 """per_head_rmsnorm: RMSNorm of every q and k head of the full-attention layer, in one kernel.
 
-`y = x * rsqrt(mean(x^2) + eps) * w` per head of `D`, with `w` the effective weight (`1 + w` of the
-checkpoint, converted at load time): `q_norm` for the `Hq` query heads, `k_norm` for the `Hkv` key heads.
+`y = x * rsqrt(mean(x^2) + eps) * (1 + w)` per head of `D`, with `w` the checkpoint's zero-centred weight as
+stored (`weight_dtype`; the 1 added in float32 here, as Hugging Face does): `q_norm` for the `Hq` query heads,
+`k_norm` for the `Hkv` key heads.
 Blocks iterate a combined head axis of `Hq + Hkv` (query heads first) so q and k share one launch:
 "gather" picks the head's input row, "sumsq" reduces it, "norm" scales it into `q_out` or `k_out`.
 """
@@ -11,13 +12,13 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import sum_of_squares, widened
+from gdn_tvm.ops.common import one_plus, sum_of_squares
 from gdn_tvm.signature import Arg
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """q: [B, Hq, D], k: [B, Hkv, D], q_norm, k_norm: [D] -> q_out: [B, Hq, D], k_out: [B, Hkv, D]; float32 but the
-    weights (weight_dtype)."""
+    """q: [B, Hq, D], k: [B, Hkv, D], q_norm, k_norm: [D] (zero-centred) -> q_out: [B, Hq, D], k_out: [B, Hkv, D];
+    float32 but the weights (weight_dtype)."""
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
     return [
         Arg("q", (B, Hq, D)),
@@ -34,8 +35,8 @@ def make_per_head_rmsnorm(cfg: DecodeConfig):
     H, eps, W = Hq + Hkv, cfg.model.rms_norm_eps, cfg.weight_dtype
 
     def rms_normalized(x, sumsq, w):
-        """`x * rsqrt(sumsq / D + eps) * w`: a TIR expression."""
-        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * widened(w)
+        """`x * rsqrt(sumsq / D + eps) * (1 + w)`: a TIR expression."""
+        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * one_plus(w)
 
     @T.prim_func(s_tir=True)
     def per_head_rmsnorm(

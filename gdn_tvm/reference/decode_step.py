@@ -7,7 +7,7 @@ composed from the kernels is checked against a second implementation. States are
 GDN weights (`GDN_WEIGHTS`): in_proj_qkv [C, hidden], in_proj_z [Hv*Dv, hidden], in_proj_b/in_proj_a
 [Hv, hidden], conv1d [C, Kc], dt_bias [Hv], A [Hv] (= -exp(A_log)), norm [Dv], out_proj [hidden, Hv*Dv].
 Attention weights (`ATTENTION_WEIGHTS`): q_proj [Hq*2*D, hidden], k_proj/v_proj [Hkv*D, hidden],
-q_norm/k_norm [D] (w_eff = 1 + w), o_proj [hidden, Hq*D].
+q_norm/k_norm [D] (zero-centred: scaled by 1 + w), o_proj [hidden, Hq*D].
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def attention_mixer_step(
         q, gate = qg[:, 0], qg[:, 1]
         k = (w["k_proj"] @ x[b]).reshape(hkv, d)
         v = (w["v_proj"] @ x[b]).reshape(hkv, d)
-        q = q / np.sqrt((q * q).mean(-1, keepdims=True) + m.rms_norm_eps) * w["q_norm"]
-        k = k / np.sqrt((k * k).mean(-1, keepdims=True) + m.rms_norm_eps) * w["k_norm"]
+        q = q / np.sqrt((q * q).mean(-1, keepdims=True) + m.rms_norm_eps) * (1.0 + w["q_norm"])
+        k = k / np.sqrt((k * k).mean(-1, keepdims=True) + m.rms_norm_eps) * (1.0 + w["k_norm"])
         q, k = _rope(q, pos, m), _rope(k, pos, m)
         k_cache[s, pos], v_cache[s, pos] = stored(k, kv_dtype), stored(v, kv_dtype)
         attn = np.empty((hq, d))

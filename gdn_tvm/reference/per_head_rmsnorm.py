@@ -13,7 +13,7 @@ def per_head_rmsnorm(
     *,
     rms_norm_eps: float,
 ) -> None:
-    """q: [B, Hq, D], k: [B, Hkv, D], weights [D] (w_eff) -> q_out[:], k_out[:] = x * rsqrt(mean(x^2) + rms_norm_eps)
-    * w."""
+    """q: [B, Hq, D], k: [B, Hkv, D], weights [D] (zero-centred, as stored) -> q_out[:], k_out[:] = x * rsqrt(mean(x^2)
+    + rms_norm_eps) * (1 + w)."""
     for x, w, y in ((q, q_norm, q_out), (k, k_norm, k_out)):
-        y[...] = x / np.sqrt((x * x).mean(-1, keepdims=True) + rms_norm_eps) * w
+        y[...] = x / np.sqrt((x * x).mean(-1, keepdims=True) + rms_norm_eps) * (1.0 + w)

@@ -4,13 +4,13 @@ Reads `config.json` (sizes, rope_theta, the layer pattern, the MLP width, the vo
 `*.safetensors` by the checkpoint's own parameter names (docs/math.md, "Checkpoint names"), under
 `model.language_model.` (Qwen3.5's released multimodal checkpoints) or `model.` (text-only ones, Qwen3-Next), and
 `lm_head.weight` at the top level; the vision tower (`model.visual.*`) and the MTP head (`mtp.*`) are not read. It
-converts: `A = -exp(A_log)`, every RMSNorm weight but the gated one to `1 + w` (q/k norms, the layer norms, the final
-norm), the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` / `in_proj_ba` split into the four
-GDN projections in `[q | k | v]` channel order. A tied LM head is the embedding array itself (no second copy; an
-`lm_head.weight` in the files is then not read, as Hugging Face ties it over). Mixture-of-experts MLPs are not read.
-The head mapping is "grouped". Each weight is returned in its stored dtype at the requested `weight_dtype`
-(`plan.stored_dtype`): a bf16 tensor stays bf16 for a bf16 stack (no upcast), anything else is rounded once, after
-any conversion, to that dtype.
+converts: `A = -exp(A_log)`, the conv weight `[C, 1, Kc]` squeezed, Qwen3-Next's fused `in_proj_qkvz` /
+`in_proj_ba` split into the four GDN projections in `[q | k | v]` channel order. The zero-centred RMSNorm weights
+(q/k norms, the layer norms, the final norm) stay as stored: the kernels add the 1 in float32. A tied LM head is the
+embedding array itself (no second copy; an `lm_head.weight` in the files is then not read, as Hugging Face ties it
+over). Mixture-of-experts MLPs are not read. The head mapping is "grouped". Each weight is returned in its stored
+dtype at the requested `weight_dtype` (`plan.stored_dtype`): a bf16 tensor stays bf16 for a bf16 stack (no upcast),
+anything else is rounded once, after any conversion, to that dtype.
 
 Everything read is checked, and a checkpoint that fails a check raises `CheckpointError`, whose message starts with
 the file at fault (`config.json`, a `.safetensors` shard, or `<dir>/*.safetensors` for the shards together) and
@@ -290,20 +290,14 @@ def _attention(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
         for name in ("q_proj", "k_proj", "v_proj", "o_proj")
     }
     for name in ("q_norm", "k_norm"):
-        w[name] = t.get(i, f"self_attn.{name}.weight", (m.head_dim,), name, lambda x: 1.0 + x)
+        w[name] = t.get(i, f"self_attn.{name}.weight", (m.head_dim,), name)
     return w
-
-
-def _one_plus(w: np.ndarray) -> np.ndarray:
-    """The effective weight `1 + w` of a Qwen3.5 RMSNorm (all but the GDN's gated one)."""
-    return 1.0 + w
 
 
 def _block(t: _Tensors, m: ModelConfig, i: int) -> dict[str, np.ndarray]:
     shapes = block_weights(m)
     w = {
-        name: t.get(i, f"{name}.weight", shapes[name], name, _one_plus)
-        for name in ("input_layernorm", "post_attention_layernorm")
+        name: t.get(i, f"{name}.weight", shapes[name], name) for name in ("input_layernorm", "post_attention_layernorm")
     }
     for name in ("gate_proj", "up_proj", "down_proj"):
         if name in shapes:
@@ -354,7 +348,7 @@ def load_checkpoint(path: str | Path, weight_dtype: str = "float32") -> Checkpoi
     blocks = [_block(tensors, m, i) for i in range(m.n_layers)]
     shapes = model_weights(m)
     embed = tensors.read(f"{tensors.model}embed_tokens.weight", shapes["embed_tokens"], "embed_tokens")
-    norm = tensors.read(f"{tensors.model}norm.weight", shapes["norm"], "norm", _one_plus)
+    norm = tensors.read(f"{tensors.model}norm.weight", shapes["norm"], "norm")
     weights = {"embed_tokens": embed, "norm": norm}
     weights["lm_head"] = (
         embed if m.tie_word_embeddings else tensors.read("lm_head.weight", shapes["lm_head"], "lm_head")
