@@ -4,7 +4,7 @@ ours first) in the same run; what a caller of `generate` sees per token against 
 memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU.
 
 python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
-Each timed step has every lane at position `POSITION` of `MAX_LEN` (the prompt's tokens fed, so no lane finishes).
+Each timed step has every lane at position `POSITION` of `MODEL_MAX_LEN` (the prompt's tokens fed, so no lane finishes).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ import numpy as np
 import torch
 import tvm
 
+from benchmarks.configs import MODEL_CASES, MODEL_MAX_LEN, model_config
 from benchmarks.record import Results
 from benchmarks.run import GPU, build_compiler
-from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import Plan
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.model import Model, Request
 
-CASES = [f"qwen3.5-0.8b:{b}" for b in (1, 8, 32, 128)] + [f"qwen3.5-4b:{b}" for b in (1, 8, 32, 128)] + ["qwen3.5-9b:1"]
-MAX_LEN, POSITION = 4096, 2048
+POSITION = MODEL_MAX_LEN // 2
 REPEATS, STEPS = 25, 8  # medians of REPEATS timings of STEPS replays (positions move on by REPEATS * STEPS)
 CHECK_STEPS = 4  # steps from zero states on which the baseline's logits are checked against ours
 # The baseline runs bf16 activations: each GEMM input, norm output and residual branch rounded to 8 bits (2^-9
@@ -38,12 +38,6 @@ CHECK_STEPS = 4  # steps from zero states on which the baseline's logits are che
 BASELINE_TOL = 5e-2
 GENERATED = 512  # tokens a `generate` run decodes per lane
 LONG_RUN = 10_000  # tokens of the memory check (B = 1)
-
-
-def model_config(name: str, batch: int, max_len: int = MAX_LEN) -> DecodeConfig:
-    return DecodeConfig(
-        preset(name), batch=batch, max_len=max_len, weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="float32"
-    )
 
 
 def gpu_weights(plan: Plan, seed: int) -> dict[str, torch.Tensor]:
@@ -226,7 +220,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", nargs="+", default=CASES, help="PRESET:BATCH")
+    p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="PRESET:BATCH")
     p.add_argument("--library", help="build root holding the model's CUDA builds (default: compile here)")
     p.add_argument("--memory", default="qwen3.5-0.8b", help="preset of the long-run memory check ('' skips it)")
     p.add_argument("--out", default="benchmarks/results/h200_model.json")
@@ -243,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return build_kernels(cfg, cuda(), model_plan(cfg).ops)
 
     results = Results(
-        args.out, "benchmarks.model", argv, peak_gbps=GPU.peak_gbps, max_len=MAX_LEN, position=POSITION,
+        args.out, "benchmarks.model", argv, peak_gbps=GPU.peak_gbps, max_len=MODEL_MAX_LEN, position=POSITION,
         dtypes={"weight": "bfloat16", "kv": "bfloat16", "state": "float32"},
     )  # fmt: skip
     rng = np.random.default_rng(0)

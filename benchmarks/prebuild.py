@@ -1,14 +1,15 @@
 """Prebuild the CUDA modules the GPU benchmarks load, on any machine with the CUDA headers (the
 pinned NVRTC compiles through a stub driver: no GPU needed).
 
-python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
+python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D] [--model]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
 schedule; none for a config without any log), and under `<out>/dlight/` the op
 benchmark's dlight baselines. The op benchmark's configs are built at the storage dtypes given (pass the same flags
 to `benchmarks.run`; a build's name holds them), the step benchmark's at the default dtypes only (it runs no other).
 Carry the folder to the GPU machine and pass `--library <out>/hand` (and `--tuned <out>/tuned`, `--dlight-library
-<out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there.
+<out>/dlight`) to `benchmarks.run` / `benchmarks.steps`: no compile time there. `--model`: only the whole-model
+benchmark's builds (tuned where records exist), under `<out>/model/` for `benchmarks.model --library <out>/model`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from pathlib import Path
 
 from benchmarks.configs import (
     DELTA_BATCHES,
+    MODEL_CASES,
     OP_BATCHES,
     OP_PRESET,
     STEP_BATCHES,
     STEP_PRESETS,
+    model_config,
     op_config,
     step_config,
 )
@@ -31,6 +34,7 @@ from gdn_tvm import naming
 from gdn_tvm.cli import add_dtype_arguments, dtypes
 from gdn_tvm.config import DTYPE_FIELDS, DecodeConfig
 from gdn_tvm.export.artifact import build
+from gdn_tvm.plan import model as model_plan
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.target import cuda
@@ -41,8 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="build/bench")
     p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
+    p.add_argument("--model", action="store_true", help="only the whole-model benchmark's builds, under OUT/model")
     add_dtype_arguments(p)
     args = p.parse_args(argv)
+    if args.model:
+        for case in MODEL_CASES:
+            name, batch = case.split(":")
+            cfg = model_config(name, int(batch))
+            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=model_plan(cfg).ops)
+        return 0
     stored = dtypes(args)
     steps = [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]
     if stored != {field: getattr(DecodeConfig, field) for field in DTYPE_FIELDS}:
