@@ -331,3 +331,21 @@ def test_torch_model_matches_the_model(rng):
         ours.events(ours.launch())
         theirs = baseline.step(torch.from_numpy(ids[t]), t).numpy()
         assert_close(theirs, ours.logits.numpy(), TOL_OP, f"step {t}")
+
+
+def test_model_floor_counts_weights_once_states_twice_and_kv_to_the_position():
+    """The whole-model byte floor: every weight once in its stored dtype (a tied table once, though the embedding
+    and the LM head both read it), recurrent and conv states read and written, KV rows 0..position read plus one."""
+    from benchmarks.configs import model_config
+    from benchmarks.model import floor_bytes
+    from gdn_tvm.plan import model as model_plan
+
+    cfg = model_config("qwen3.5-0.8b", 4)
+    m, plan = cfg.model, model_plan(cfg)
+    floor = floor_bytes(cfg, plan, 100)
+    params = sum(int(np.prod(w.shape)) for w in plan.weights.values())
+    f32 = sum(int(np.prod(w.shape)) for w in plan.weights.values() if w.dtype == "float32")
+    assert floor["weights"] == 2 * params + 2 * f32 and "lm_head" not in plan.weights
+    state = m.n_v_heads * m.head_v_dim * m.head_k_dim + m.conv_dim * (m.conv_kernel - 1)
+    assert floor["states"] == 4 * 2 * 4 * state * m.layer_types.count("gdn")
+    assert floor["kv"] == 4 * m.layer_types.count("attention") * 102 * 2 * m.n_kv_heads * m.head_dim * 2

@@ -175,3 +175,21 @@ def test_a_bad_request_is_refused_by_name_and_changes_nothing(tmp_path, rng, fie
         model.start(Request(**fields))
     for name, t in model.inputs.items():
         np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
+
+
+def test_generate_cli_streams_a_checkpoints_tokens(tmp_path, rng, capsys):
+    """`python -m gdn_tvm.generate --checkpoint DIR --prompt-ids ...` prints the greedy tokens as they come and ends
+    with the prompt's and the decode's tokens/s; --preset needs --random-weights."""
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    prompt = rng.integers(0, TINY["vocab_size"], 3).tolist()
+    expect = ours(tmp_path, "float32").generate([Request(prompt, 12)])[0]
+    args = ["--checkpoint", str(tmp_path), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]
+    assert generate.main([*args, "--target", "llvm", "--max-len", "96", "--split-len", "32"]) == 0
+    out = capsys.readouterr()
+    assert out.out.split() == [str(t) for t in expect]
+    assert "prompt: 3 tokens" in out.err and "decode: 11 tokens" in out.err
+    with pytest.raises(SystemExit):
+        generate.main(["--preset", "qwen3.5-0.8b", "--prompt-ids", "1"])
+    assert "--random-weights" in capsys.readouterr().err
