@@ -144,6 +144,13 @@ def test_dlight_builds_device_code_or_is_refused(name):
     assert kernel.device[0] == tvm.cuda().dlpack_device_type()
 
 
+def test_dlight_refuses_the_swiglu_gemv_at_one_lane():
+    """At B = 1 dlight's GEMV rule fails an assertion of its own on the SwiGLU GEMV (its epilogue analysis): refused
+    as a ValueError, as the benchmark's dlight build expects, not raised through it."""
+    with pytest.raises(ValueError, match="gemv_gate_up_proj_swiglu"):
+        compile_dlight(OPS["gemv_gate_up_proj_swiglu"], CUDA_CASES["4b-B1"], cuda())
+
+
 # A float4 of V read unconditionally at row `min(t, n - 1)` of the chunk (the last valid row past the sequence).
 V_ROW_LOAD = re.compile(r"= \*\(float4\*\)\(v_cache_ptr \+ .*min\(")
 # The loop over a chunk's K row steps (the first `t_0` loop) or V row steps (the last), with its unroll pragma.

@@ -68,14 +68,17 @@ def compile_func(op: Op, cfg: DecodeConfig, func: tirx.PrimFunc, target: tvm.tar
 
 
 def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tirx.PrimFunc:
-    """`op` scheduled by TVM's dlight default rules (the untuned baseline). Raises ScheduleError from a rule, or
-    ValueError where every rule passed the function by: dlight then leaves it unscheduled, and TVM would compile
+    """`op` scheduled by TVM's dlight default rules (the untuned baseline). Raises ScheduleError from a rule,
+    ValueError where a rule failed an assertion or where every rule passed the function by: dlight then leaves it unscheduled, and TVM would compile
     it for the host."""
     from tvm.s_tir import dlight as dl
 
     rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
-    with target:
-        func = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))["main"]
+    try:
+        with target:
+            func = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))["main"]
+    except AssertionError as err:  # a rule's own analysis (GEMV's epilogue check on the SwiGLU GEMV at B = 1)
+        raise ValueError(f"{op.name}: a dlight rule failed an assertion: {err}") from None
     if not (func.attrs and func.attrs.get("tirx.is_scheduled")):
         raise ValueError(f"{op.name}: no dlight rule applies")
     host = host_loops(func.body)
