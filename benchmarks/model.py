@@ -4,6 +4,7 @@ ours first) in the same run; what a caller of `generate` sees per token against 
 memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU.
 
 python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
+With `--library` (`benchmarks.prebuild --model`) it needs only the TVM runtime: nothing here imports the compiler.
 Each timed step has every lane at position `POSITION` of `MODEL_MAX_LEN` (the prompt's tokens fed, so no lane finishes).
 """
 
@@ -23,11 +24,11 @@ import tvm
 
 from benchmarks.configs import MODEL_CASES, MODEL_MAX_LEN, model_config
 from benchmarks.record import Results
-from benchmarks.run import GPU, build_compiler
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import Plan
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.model import Model, Request
+from gdn_tvm.target import DEFAULT_GPU as GPU
 
 POSITION = MODEL_MAX_LEN // 2
 REPEATS, STEPS = 25, 8  # medians of REPEATS timings of STEPS replays (positions move on by REPEATS * STEPS)
@@ -218,6 +219,17 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
     return row
 
 
+def compiler(library: str | None, cfg: DecodeConfig) -> str:
+    """The CUDA compiler of `cfg`'s kernels: its build's under `library`, else this machine's (they compile here)."""
+    if library:
+        from gdn_tvm.runtime.module import read_manifest
+
+        return read_manifest(library, cfg, "cuda")[1].get("cuda_compile", "unknown")
+    from gdn_tvm.codegen.library import cuda_compiler
+
+    return cuda_compiler()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="PRESET:BATCH")
@@ -245,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         name, batch = case.split(":")
         try:
             row = bench_case(name, int(batch), kernels_for, rng)
-            row["compiler"] = build_compiler(args.library, model_config(name, int(batch)))
+            row["compiler"] = compiler(args.library, model_config(name, int(batch)))
         except Exception as err:  # a failed case is recorded; the run goes on
             row = {"case": case, "error": f"{type(err).__name__}: {err}"}
         results.add(row)

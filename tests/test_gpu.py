@@ -122,9 +122,7 @@ import sys
 import numpy as np, tvm
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.runtime.module import load
-from gdn_tvm.runtime.model import Model, Request
 from gdn_tvm.runtime.stack import HybridStack
-from gdn_tvm.runtime.weights import random_model_weights
 cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64)
 stack = HybridStack(cfg, load(sys.argv[1], cfg, "cuda"), tvm.cuda(0), seed=3)
 stack.capture()
