@@ -27,6 +27,7 @@ from benchmarks.record import Results
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import Plan
 from gdn_tvm.plan import model as model_plan
+from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.model import Model, Request
 from gdn_tvm.target import DEFAULT_GPU as GPU
 
@@ -39,6 +40,7 @@ CHECK_STEPS = 4  # steps from zero states on which the baseline's logits are che
 BASELINE_TOL = 5e-2
 GENERATED = 512  # tokens a `generate` run decodes per lane
 LONG_RUN = 10_000  # tokens of the memory check (B = 1)
+BREAKDOWN_BATCHES = (1, 128)  # batches whose rows also time each op of the step alone
 
 
 def gpu_weights(plan: Plan, seed: int) -> dict[str, torch.Tensor]:
@@ -116,17 +118,31 @@ def generate_us(model: Model, rng: np.random.Generator) -> tuple[float, float]:
 
 
 def memory_flat(name: str, kernels_for, rng: np.random.Generator) -> dict:
-    """Device memory in use before and after a LONG_RUN-token generation at B = 1."""
-    cfg = model_config(name, 1, max_len=LONG_RUN + 16)
+    """Free device memory before and after LONG_RUN tokens generated at B = 1 (requests of MODEL_MAX_LEN - 1 tokens,
+    one after another on the same model)."""
+    cfg = model_config(name, 1)
     model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(model_plan(cfg), 1))
     model.capture()
     model.generate([Request([1], 16)])
     torch.cuda.synchronize()
     free_before = torch.cuda.mem_get_info()[0]
-    out = model.generate([Request([1], LONG_RUN)])
+    budget = cfg.max_len - 1
+    out = model.generate([Request([1], budget)] * -(-LONG_RUN // budget))
     torch.cuda.synchronize()
     free_after = torch.cuda.mem_get_info()[0]
-    return {"case": f"{name}:1", "generated": len(out[0]), "device_bytes_freed": free_after - free_before}
+    return {"case": f"{name}:1", "generated": sum(map(len, out)), "device_bytes_freed": free_after - free_before}
+
+
+def breakdown(model: Model) -> dict[str, float]:
+    """Microseconds a step spends in each op: every bound launch timed alone (a CUDA graph of STEPS copies of it, on
+    the step's own buffers), summed by op, largest first."""
+    per_op: dict[str, float] = {}
+    for name, (func, args) in zip(model.bound.launched, model.bound.launches, strict=True):
+        graph = CudaGraph(lambda func=func, args=args: [func(*args) for _ in range(STEPS)], STEPS)
+        graph.replay()
+        us = statistics.median(graph.elapsed(1) for _ in range(5)) * 1e6 / STEPS
+        per_op[name] = per_op.get(name, 0.0) + us
+    return {name: round(us, 2) for name, us in sorted(per_op.items(), key=lambda kv: -kv[1])}
 
 
 def check_baseline(model: Model, baseline, rng: np.random.Generator) -> float:
@@ -196,6 +212,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
     versus = bench_baseline(model, weights, rng)
     start_lanes(model, rng, POSITION)
     us = step_us(model)
+    per_op = breakdown(model) if batch in BREAKDOWN_BATCHES else {}
     model.reset_lanes()
     floor = floor_bytes(cfg, plan, POSITION)
     floor_us = floor["total"] / (GPU.peak_gbps * 1e3)
@@ -209,6 +226,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
         "x_floor": round(us / floor_us, 3),
         "pct_of_peak": round(100 * floor_us / us, 1),
         **versus,
+        **({"us_by_op": per_op} if per_op else {}),
     }
     if "torch_fla_ms" in versus:
         row["speedup_vs_torch_fla"] = round(versus["torch_fla_ms"] * 1e3 / us, 3)
