@@ -163,16 +163,17 @@ def check_baseline(model: Model, baseline, rng: np.random.Generator) -> float:
 
 
 def baseline_us(baseline, cfg: DecodeConfig, rng: np.random.Generator) -> float:
-    """Median microseconds of the baseline's step at POSITION, captured as one torch CUDA graph and replayed."""
+    """Median microseconds of the baseline's step at POSITION and its greedy token (`argmax`: ours samples on the
+    device too), captured as one torch CUDA graph and replayed."""
     ids = torch.from_numpy(rng.integers(0, cfg.model.vocab_size, cfg.batch)).cuda()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        baseline.step(ids, POSITION)  # warm-up (Triton compiles here)
+        baseline.step(ids, POSITION).argmax(-1)  # warm-up (Triton compiles here)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        baseline.step(ids, POSITION)
+        baseline.step(ids, POSITION).argmax(-1)
     times = []
     for _ in range(REPEATS + 1):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

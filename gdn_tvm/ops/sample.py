@@ -133,6 +133,17 @@ def make_sample(cfg: DecodeConfig):
     def top_k_of(top_k, b):
         return T.Select(T.And(0 < top_k[b], top_k[b] < V), top_k[b], V)
 
+    # Whether lane b needs a pass at all: a greedy lane needs only "max" and "argmax", a lane with top-k off no top-k
+    # search, with top-p off no top-p search (nor the mass it compares with). A pass a lane skips reads no logits.
+    def drawing(temperature, b):
+        return temperature[b] > T.float32(0)
+
+    def k_search(temperature, top_k, b):
+        return T.And(drawing(temperature, b), T.And(0 < top_k[b], top_k[b] < V))
+
+    def p_search(temperature, top_p, b):
+        return T.And(drawing(temperature, b), top_p[b] < T.float32(1))
+
     def drawn_below(ctr_round, z, b):
         """`u * z`: the lane's uniform number (`UNIFORM_BITS` bits of Philox's first word) times the kept weight."""
         bits = T.shift_right(ctr_round[b, R - 1, 0], T.uint32(32 - UNIFORM_BITS))
@@ -188,7 +199,11 @@ def make_sample(cfg: DecodeConfig):
                         with T.init():
                             count[vb, vn] = 0
                         count[vb, vn] = count[vb, vn] + T.Select(
-                            order_key(logits[vb, vi]) >= with_bit(kth[vb, vn], vn), 1, 0
+                            T.And(
+                                k_search(temperature, top_k, vb), order_key(logits[vb, vi]) >= with_bit(kth[vb, vn], vn)
+                            ),
+                            1,
+                            0,
                         )
                 with T.sblock("topk_step"):
                     vb, vn = T.axis.remap("SS", [b, n])
@@ -201,8 +216,11 @@ def make_sample(cfg: DecodeConfig):
                     with T.init():
                         zk[vb] = T.float64(0)
                     zk[vb] = zk[vb] + weight_if(
-                        order_key(logits[vb, vi]) >= kth_step[vb, KEY_BITS - 1], logits, vmax, temperature, vb, vi
-                    )
+                        T.And(
+                            p_search(temperature, top_p, vb), order_key(logits[vb, vi]) >= kth_step[vb, KEY_BITS - 1]
+                        ),
+                        logits, vmax, temperature, vb, vi,
+                    )  # fmt: skip
             for n in range(KEY_BITS):
                 with T.sblock("topp_carry"):
                     vb, vn = T.axis.remap("SS", [b, n])
@@ -213,7 +231,11 @@ def make_sample(cfg: DecodeConfig):
                         with T.init():
                             mass[vb, vn] = T.float64(0)
                         mass[vb, vn] = mass[vb, vn] + weight_if(
-                            order_key(logits[vb, vi]) >= T.max(with_bit(pth[vb, vn], vn), kth_step[vb, KEY_BITS - 1]),
+                            T.And(
+                                p_search(temperature, top_p, vb),
+                                order_key(logits[vb, vi])
+                                >= T.max(with_bit(pth[vb, vn], vn), kth_step[vb, KEY_BITS - 1]),
+                            ),
                             logits, vmax, temperature, vb, vi,
                         )  # fmt: skip
                 with T.sblock("topp_step"):
@@ -229,15 +251,21 @@ def make_sample(cfg: DecodeConfig):
                     with T.init():
                         z[vb] = T.float64(0)
                     z[vb] = z[vb] + weight_if(
-                        kept(logits, kth_step, pth_step, vb, vi), logits, vmax, temperature, vb, vi
-                    )
+                        T.And(drawing(temperature, vb), kept(logits, kth_step, pth_step, vb, vi)),
+                        logits, vmax, temperature, vb, vi,
+                    )  # fmt: skip
             for i in range(V):
                 with T.sblock("last"):  # as tokens after the last kept one: CUDA C++ reads -2147483648 as a long
                     vb, vi = T.axis.remap("SR", [b, i])
                     with T.init():
                         after[vb] = T.max_value("int32")
                     after[vb] = T.min(
-                        after[vb], T.Select(kept(logits, kth_step, pth_step, vb, vi), V - 1 - vi, T.max_value("int32"))
+                        after[vb],
+                        T.Select(
+                            T.And(drawing(temperature, vb), kept(logits, kth_step, pth_step, vb, vi)),
+                            V - 1 - vi,
+                            T.max_value("int32"),
+                        ),
                     )
             for r in range(R):
                 for w in range(4):
@@ -260,7 +288,10 @@ def make_sample(cfg: DecodeConfig):
                         with T.init():
                             below[vb, vn] = T.float64(0)
                         below[vb, vn] = below[vb, vn] + weight_if(
-                            vi < pos[vb, vn] + (1 << (NB - 1 - vn)) and kept(logits, kth_step, pth_step, vb, vi),
+                            T.And(
+                                drawing(temperature, vb),
+                                vi < pos[vb, vn] + (1 << (NB - 1 - vn)) and kept(logits, kth_step, pth_step, vb, vi),
+                            ),
                             logits, vmax, temperature, vb, vi,
                         )  # fmt: skip
                 with T.sblock("cdf_step"):
