@@ -19,7 +19,7 @@ LAYERS = (
     ("traffic", "verify", "cli"),
     ("codegen",),
     ("tuning",),
-    ("export",),
+    ("export", "generate"),
 )
 RUNTIME_NEEDS = {"config", "naming", "signature", "plan", "runtime"}  # what a process without the TVM compiler imports
 TWINS = ("gdn_tvm/ops", "gdn_tvm/reference", "schedules")
