@@ -1,7 +1,8 @@
 """The whole model's decode step on the GPU (`runtime.model.Model`): milliseconds per token and tokens/s,
 graph-replayed, next to the step's byte floor and the PyTorch + fla model (`benchmarks.torch_model`, checked against
 ours first) in the same run; what a caller of `generate` sees per token against the replay; device
-memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU.
+memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU;
+greedy decoding (`Model(sampling=False)`: `argmax` picks the tokens).
 
 python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
 With `--library` (`benchmarks.prebuild --model`) it needs only the TVM runtime: nothing here imports the compiler.
@@ -121,7 +122,7 @@ def memory_flat(name: str, kernels_for, rng: np.random.Generator) -> dict:
     """Free device memory before and after LONG_RUN tokens generated at B = 1 (requests of MODEL_MAX_LEN - 1 tokens,
     one after another on the same model)."""
     cfg = model_config(name, 1)
-    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(model_plan(cfg), 1))
+    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), gpu_weights(model_plan(cfg), 1), sampling=False)
     model.capture()
     model.generate([Request([1], 16)])
     torch.cuda.synchronize()
@@ -206,9 +207,9 @@ def bench_baseline(model: Model, weights: dict, rng: np.random.Generator) -> dic
 
 def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> dict:
     cfg = model_config(name, batch)
-    plan = model_plan(cfg)
+    plan = model_plan(cfg, sampling=False)
     weights = gpu_weights(plan, batch)
-    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), weights)
+    model = Model(cfg, kernels_for(cfg), tvm.cuda(0), weights, sampling=False)
     model.capture()
     versus = bench_baseline(model, weights, rng)
     start_lanes(model, rng, POSITION)
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         from gdn_tvm.codegen.compile import build_kernels
         from gdn_tvm.target import cuda
 
-        return build_kernels(cfg, cuda(), model_plan(cfg).ops)
+        return build_kernels(cfg, cuda(), model_plan(cfg, sampling=False).ops)
 
     results = Results(
         args.out, "benchmarks.model", argv, peak_gbps=GPU.peak_gbps, max_len=MODEL_MAX_LEN, position=POSITION,

@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         for case in MODEL_CASES:
             name, batch = case.split(":")
             cfg = model_config(name, int(batch))
-            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=model_plan(cfg).ops)
+            names = list(dict.fromkeys(model_plan(cfg).ops + model_plan(cfg, sampling=False).ops))
+            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=names)
         return 0
     stored = dtypes(args)
     steps = [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]

@@ -58,8 +58,8 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
         return step_ops(cfg)
     if args.ops == "all":
         return [name for name, op in OPS.items() if op.applies(cfg)]
-    if args.ops == "model":
-        return model(cfg).ops
+    if args.ops == "model":  # with sampling and greedy
+        return list(dict.fromkeys(model(cfg).ops + model(cfg, sampling=False).ops))
     names = args.ops.split(",")
     unknown = [n for n in names if n not in OPS]
     if unknown:

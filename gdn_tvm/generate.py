@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = [int(t) for t in args.prompt_ids.split(",")]
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
+    sampling = args.temperature > 0  # greedy decoding takes `argmax`, two passes over the logits instead of ~85
     target = cuda() if on_gpu else llvm()
     started = time.perf_counter()
     if args.library:
@@ -102,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from gdn_tvm.codegen.compile import build_kernels
 
-        kernels = build_kernels(cfg, target, model_plan(cfg).ops)
+        kernels = build_kernels(cfg, target, model_plan(cfg, sampling).ops)
     device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
-    model = Model(cfg, kernels, device, weights, stops)
+    model = Model(cfg, kernels, device, weights, stops, sampling)
     if on_gpu and not args.no_graph:
         model.capture()
     print(

@@ -346,12 +346,13 @@ LANE_INPUTS = {
 }
 
 
-def model(cfg: DecodeConfig) -> Plan:
+def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     """The whole model's step, token ids in, next token ids out (Hugging Face's `Qwen3_5ForCausalLM`, docs/math.md):
     embedding -> per layer: RMSNorm (with the residual add from the second layer on), its mixer's plan (under
     `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
     epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
-    `sample` -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on."""
+    `sample` (`argmax` without `sampling`: every lane greedy, two passes over the logits where `sample` makes about
+    85) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on."""
     m, B = cfg.model, cfg.batch
     if m.intermediate_size is None:
         raise ValueError(f"{m.name}: no dense MLP (mixture-of-experts models are not planned)")
@@ -391,8 +392,11 @@ def model(cfg: DecodeConfig) -> Plan:
     logits = p.act("logits", B, m.vocab_size)
     p.launch("gemv_lm_head", w="lm_head", x=normed, y=logits)
     sampled = p.add("sampled", (B,), "act", "int32")
-    draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}
-    p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled)
+    if sampling:
+        draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}
+        p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled)
+    else:
+        p.launch("argmax", logits=logits, tokens=sampled)
     lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}
     events = p.add("events", (2, B), "act", "int32")
     p.launch("advance", sampled=sampled, **lanes, ids="ids", events=events)

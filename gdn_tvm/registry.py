@@ -178,6 +178,7 @@ _ENTRIES = [
         add=False,
     ),
     _entry("sample", _dims("batch", "vocab_size"), exact=True),
+    _entry("argmax", _dims("batch", "vocab_size"), exact=True),
     _entry("advance", _dims("batch", "max_len"), exact=True),
     *(
         _entry(

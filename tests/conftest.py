@@ -116,6 +116,7 @@ UNTUNED = (
     "add_rmsnorm",
     "rmsnorm",
     "sample",
+    "argmax",
     "advance",
     "gemv_gate_up_proj_swiglu",
     "gemv_down_proj",

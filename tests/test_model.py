@@ -20,7 +20,7 @@ from gdn_tvm.target import llvm
 from gdn_tvm.verify import tolerance
 
 STEPS = 64  # decoded tokens a request
-_KERNELS: dict[DecodeConfig, dict] = {}
+_KERNELS: dict[tuple[DecodeConfig, bool], dict] = {}
 
 
 def save_hf_model(path, seed: int, tied: bool, dtype: str):
@@ -59,15 +59,15 @@ def hf_logits(hf, tokens: list[int]) -> np.ndarray:
     return np.stack(rows)
 
 
-def ours(path, dtype: str, batch: int = 1, slots: int = 0, stop_ids=()) -> Model:
+def ours(path, dtype: str, batch: int = 1, slots: int = 0, stop_ids=(), sampling: bool = True) -> Model:
     weight_dtype = "bfloat16" if dtype == "bfloat16" else "float32"
     ckpt = load_checkpoint(path, weight_dtype)
     cfg = DecodeConfig(
         ckpt.model, batch=batch, slots=slots, max_len=96, split_len=32, weight_dtype=weight_dtype, kv_dtype=weight_dtype
     )
-    if cfg not in _KERNELS:
-        _KERNELS[cfg] = build_kernels(cfg, llvm(), model_plan(cfg).ops)
-    return Model(cfg, _KERNELS[cfg], tvm.cpu(), checkpoint_weights(ckpt), stop_ids)
+    if (cfg, sampling) not in _KERNELS:
+        _KERNELS[cfg, sampling] = build_kernels(cfg, llvm(), model_plan(cfg, sampling).ops)
+    return Model(cfg, _KERNELS[cfg, sampling], tvm.cpu(), checkpoint_weights(ckpt), stop_ids, sampling)
 
 
 def decode(model: Model, requests: dict[int, Request]) -> tuple[dict, dict]:
@@ -193,3 +193,19 @@ def test_generate_cli_streams_a_checkpoints_tokens(tmp_path, rng, capsys):
     with pytest.raises(SystemExit):
         generate.main(["--preset", "qwen3.5-0.8b", "--prompt-ids", "1"])
     assert "--random-weights" in capsys.readouterr().err
+
+
+def test_a_greedy_model_decodes_as_the_sampling_one_and_refuses_temperature(tmp_path, rng):
+    """`Model(sampling=False)` (`argmax` in place of `sample`) gives the tokens and logits of the sampling model at
+    temperature 0, and refuses a request that samples, by name."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    sampling, greedy = ours(tmp_path, "float32"), ours(tmp_path, "float32", sampling=False)
+    assert "argmax" in greedy.bound.launched and "sample" not in greedy.bound.launched
+    request = Request(rng.integers(0, TINY["vocab_size"], 4).tolist(), 20)
+    for model in (sampling, greedy):
+        model.start(request)
+    runs = [decode(model, {0: request}) for model in (sampling, greedy)]
+    assert runs[0][0] == runs[1][0]
+    np.testing.assert_array_equal(np.stack(runs[0][1][0]), np.stack(runs[1][1][0]))
+    with pytest.raises(ArgumentError, match="temperature"):
+        greedy.start(Request([1], 4, temperature=0.5))

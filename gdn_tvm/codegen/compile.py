@@ -69,8 +69,8 @@ def compile_func(op: Op, cfg: DecodeConfig, func: tirx.PrimFunc, target: tvm.tar
 
 def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tirx.PrimFunc:
     """`op` scheduled by TVM's dlight default rules (the untuned baseline). Raises ScheduleError from a rule,
-    ValueError where a rule failed an assertion or where every rule passed the function by: dlight then leaves it unscheduled, and TVM would compile
-    it for the host."""
+    ValueError where a rule failed an assertion or where every rule passed the function by: dlight then leaves it
+    unscheduled, and TVM would compile it for the host."""
     from tvm.s_tir import dlight as dl
 
     rules = (dl.gpu.GEMV(), dl.gpu.LowBatchGEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())

@@ -17,6 +17,7 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.argmax import greedy_passes, peaked_logits
 from gdn_tvm.philox import KEY_STEPS, MULTIPLIERS, ROUNDS, UNIFORM_BITS
 from gdn_tvm.signature import Arg
 
@@ -44,17 +45,12 @@ def _counters(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.integers(-(2**63), 2**63 - 1, shape, dtype=np.int64)
 
 
-def _peaked_logits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """Logits spread like a trained model's (a few tokens carry most of the probability)."""
-    return (4.0 * rng.standard_normal(shape)).astype(np.float32)
-
-
 def signature(cfg: DecodeConfig) -> list[Arg]:
     """logits: [B, V] float32 (finite); temperature, top_p: [B] float32; top_k: [B] int32; seed, step: [B] int64
     -> tokens: [B] int32."""
     B, V = cfg.batch, cfg.model.vocab_size
     return [
-        Arg("logits", (B, V), sample=_peaked_logits),
+        Arg("logits", (B, V), sample=peaked_logits),
         Arg("temperature", (B,), sample=_temperatures),
         Arg("top_k", (B,), "int32", sample=_top_ks),
         Arg("top_p", (B,), sample=_top_ps),
@@ -177,18 +173,7 @@ def make_sample(cfg: DecodeConfig):
         pos = T.sblock_alloc_buffer((B, NB), "int32")  # drawn index before each step
         pos_step = T.sblock_alloc_buffer((B, NB), "int32")  # and after it
         for b in range(B):
-            for i in range(V):
-                with T.sblock("max"):
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        vmax[vb] = T.min_value("float32")
-                    vmax[vb] = T.max(vmax[vb], logits[vb, vi])
-            for i in range(V):
-                with T.sblock("argmax"):
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        first[vb] = T.max_value("int32")  # the min reducer's identity (TVM matches it)
-                    first[vb] = T.min(first[vb], T.Select(logits[vb, vi] == vmax[vb], vi, T.max_value("int32")))
+            greedy_passes(logits, vmax, first, b, V)
             for n in range(KEY_BITS):
                 with T.sblock("topk_carry"):
                     vb, vn = T.axis.remap("SS", [b, n])

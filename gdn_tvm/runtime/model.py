@@ -48,7 +48,8 @@ class Request:
 
 class Model:
     """The model's plan bound to `kernels` on `device` with `weights` (by plan name: `checkpoint_weights`,
-    `random_model_weights`); `stop_ids`: the token ids that end a request (EOS), at most `STOP_IDS`.
+    `random_model_weights`); `stop_ids`: the token ids that end a request (EOS), at most `STOP_IDS`. Without
+    `sampling` every request is greedy and the step picks tokens with `argmax` instead of `sample`.
 
     `generate(requests)` decodes them all, lanes refilled as requests finish. Lower level: `start(request)` takes a
     free lane, `launch()` runs one step, `events()` reads the events of the step launched last."""
@@ -60,9 +61,10 @@ class Model:
         device: tvm.runtime.Device,
         weights: Mapping,
         stop_ids: Iterable[int] = (),
+        sampling: bool = True,
     ):
-        self.cfg, self.device = cfg, device
-        plan = model_plan(cfg)
+        self.cfg, self.device, self.sampling = cfg, device, sampling
+        plan = model_plan(cfg, sampling)
         B, V = cfg.batch, cfg.model.vocab_size
         stops = [int(s) for s in stop_ids]
         if len(stops) > STOP_IDS or any(not 0 <= s < V for s in stops):
@@ -198,6 +200,8 @@ class Model:
             raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
         if not np.isfinite(request.temperature):
             raise ArgumentError(f"temperature: expected a finite number, got {request.temperature}")
+        if request.temperature > 0 and not self.sampling:
+            raise ArgumentError(f"temperature={request.temperature}: this model decodes greedily (sampling=False)")
         if not 0 < request.top_p <= 1:
             raise ArgumentError(f"top_p: expected a number in (0, 1], got {request.top_p}")
         for name in ("top_k", "seed"):
