@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gdn_tvm.plan import model as model_plan
     from gdn_tvm.runtime.checkpoint import load_checkpoint
-    from gdn_tvm.target import cuda, gpu_present, llvm
+    from gdn_tvm.target import gpu_present
 
     parser = _arguments()
     args = parser.parse_args(argv)
@@ -94,16 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, two passes over the logits instead of ~85
-    target = cuda() if on_gpu else llvm()
+    kind = "cuda" if on_gpu else "llvm"
     started = time.perf_counter()
-    if args.library:
+    if args.library:  # the TVM runtime alone
         from gdn_tvm.runtime.module import load
 
-        kernels = load(args.library, cfg, target.kind.name)
+        kernels = load(args.library, cfg, kind)
     else:
         from gdn_tvm.codegen.compile import build_kernels
+        from gdn_tvm.target import cuda, llvm
 
-        kernels = build_kernels(cfg, target, model_plan(cfg, sampling).ops)
+        kernels = build_kernels(cfg, cuda() if on_gpu else llvm(), model_plan(cfg, sampling).ops)
     device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
     model = Model(cfg, kernels, device, weights, stops, sampling)
     if on_gpu and not args.no_graph:
