@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if on_gpu and not args.no_graph:
         model.capture()
     print(
-        f"ready in {time.perf_counter() - started:.1f} s ({target.kind.name}, {m.name}, B={args.batch})",
+        f"ready in {time.perf_counter() - started:.1f} s ({kind}, {m.name}, B={args.batch})",
         file=sys.stderr,
     )
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
