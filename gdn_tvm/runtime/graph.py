@@ -20,6 +20,22 @@ def cuda_check(result):
     return rest[0] if len(rest) == 1 else rest
 
 
+def gpu_seconds(stream, run: Callable[[], object]) -> float:
+    """Seconds the work `run()` queues on `stream` takes on the GPU (CUDA events recorded around it)."""
+    from cuda.bindings import runtime as cudart
+
+    start, end = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
+    try:
+        cuda_check(cudart.cudaEventRecord(start, stream))
+        run()
+        cuda_check(cudart.cudaEventRecord(end, stream))
+        cuda_check(cudart.cudaEventSynchronize(end))
+        return cuda_check(cudart.cudaEventElapsedTime(start, end)) / 1e3
+    finally:
+        cudart.cudaEventDestroy(start)
+        cudart.cudaEventDestroy(end)
+
+
 class CudaGraph:
     """`CudaGraph(run, launches)` captures `run()` once on its own stream (or `stream`, shared with other graphs so
     their replays are ordered), then `then(stream)` where given (e.g. a copy of results to pinned host memory);
@@ -70,18 +86,7 @@ class CudaGraph:
 
     def elapsed(self, replays: int) -> float:
         """Seconds that `replays` back-to-back replays take on the GPU (CUDA events around them)."""
-        cudart = self._cudart
-        start, end = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
-        try:
-            cuda_check(cudart.cudaEventRecord(start, self.stream))
-            for _ in range(replays):
-                self.replay()
-            cuda_check(cudart.cudaEventRecord(end, self.stream))
-            cuda_check(cudart.cudaEventSynchronize(end))
-            return cuda_check(cudart.cudaEventElapsedTime(start, end)) / 1e3
-        finally:
-            cudart.cudaEventDestroy(start)
-            cudart.cudaEventDestroy(end)
+        return gpu_seconds(self.stream, lambda: [self.replay() for _ in range(replays)])
 
     def __del__(self):
         cudart = getattr(self, "_cudart", None)

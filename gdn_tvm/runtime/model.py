@@ -24,7 +24,7 @@ from gdn_tvm.config import STOP_IDS, DecodeConfig
 from gdn_tvm.plan import LANE_INPUTS
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
-from gdn_tvm.runtime.graph import CudaGraph, cuda_check
+from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
 from gdn_tvm.runtime.layers import Kernels, Layer
 from gdn_tvm.signature import ArgumentError
 
@@ -287,18 +287,7 @@ class _Graphs:
         return ticket
 
     def elapsed(self, steps: int) -> float:
-        cudart, stream = self._cudart, self._graphs[0].stream
-        start, end = cuda_check(cudart.cudaEventCreate()), cuda_check(cudart.cudaEventCreate())
-        try:
-            cuda_check(cudart.cudaEventRecord(start, stream))
-            for _ in range(steps):
-                self.launch()
-            cuda_check(cudart.cudaEventRecord(end, stream))
-            cuda_check(cudart.cudaEventSynchronize(end))
-            return cuda_check(cudart.cudaEventElapsedTime(start, end)) / 1e3
-        finally:
-            cudart.cudaEventDestroy(start)
-            cudart.cudaEventDestroy(end)
+        return gpu_seconds(self._graphs[0].stream, lambda: [self.launch() for _ in range(steps)])
 
     def wait(self, ticket: int) -> np.ndarray:
         cuda_check(self._cudart.cudaEventSynchronize(self._done[ticket]))
