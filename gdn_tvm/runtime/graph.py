@@ -8,6 +8,7 @@ device buffers, so one captured graph replays at any position.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import tvm_ffi
 
@@ -20,7 +21,7 @@ def cuda_check(result):
     return rest[0] if len(rest) == 1 else rest
 
 
-def gpu_seconds(stream, run: Callable[[], object]) -> float:
+def gpu_seconds(stream: Any, run: Callable[[], None]) -> float:
     """Seconds the work `run()` queues on `stream` takes on the GPU (CUDA events recorded around it)."""
     from cuda.bindings import runtime as cudart
 
@@ -52,8 +53,8 @@ class CudaGraph:
         run: Callable[[], object],
         launches: int,
         device_id: int = 0,
-        then: Callable[[object], None] | None = None,
-        stream: object | None = None,
+        then: Callable[[Any], None] | None = None,
+        stream: Any = None,
     ):
         from cuda.bindings import runtime as cudart
 
@@ -86,7 +87,12 @@ class CudaGraph:
 
     def elapsed(self, replays: int) -> float:
         """Seconds that `replays` back-to-back replays take on the GPU (CUDA events around them)."""
-        return gpu_seconds(self.stream, lambda: [self.replay() for _ in range(replays)])
+
+        def replays_run() -> None:
+            for _ in range(replays):
+                self.replay()
+
+        return gpu_seconds(self.stream, replays_run)
 
     def __del__(self):
         cudart = getattr(self, "_cudart", None)

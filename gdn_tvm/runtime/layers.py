@@ -54,7 +54,7 @@ class Layer:
         for launch in plan.launches:
             self._bind(launch.op, {arg: self.tensors[buffer] for arg, buffer in launch.args.items()}, kernels)
 
-    def _tensor(self, name: str, buffer: Buffer, inputs: dict) -> tvm.runtime.Tensor:
+    def _tensor(self, name: str, buffer: Buffer, inputs: Mapping[str, Tensor]) -> tvm.runtime.Tensor:
         if buffer.role == "input":
             return inputs[name]
         if buffer.role == "weight":

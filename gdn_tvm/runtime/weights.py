@@ -41,7 +41,7 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
 def random_model_weights(m: ModelConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Random float32 weights of the whole model by `plan.model` name (`layers.<i>.<name>`, `embed_tokens`, `norm`,
     `lm_head` where untied), scaled like a trained model's."""
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for i, kind in enumerate(m.layer_types):
         out |= {f"layers.{i}.{k}": v for k, v in random_weights(m, kind, rng).items()}
         for name, shape in block_weights(m).items():
