@@ -63,16 +63,27 @@ def _stop_ids(checkpoint: Path) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status 0; 2 with a message naming the bad argument, file or field (through argparse), never a trace."""
+    from gdn_tvm.runtime.module import ManifestError
+    from gdn_tvm.signature import ArgumentError
+
+    parser = _arguments()
+    args = parser.parse_args(argv)
+    if args.preset and not args.random_weights:
+        parser.error("--preset decodes random weights: add --random-weights (or give --checkpoint)")
+    try:
+        return _generate(parser, args)
+    except (ArgumentError, ManifestError, ValueError) as err:  # a checkpoint, build or request that fails a check
+        parser.error(str(err))
+
+
+def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tvm
 
     from gdn_tvm.plan import model as model_plan
     from gdn_tvm.runtime.checkpoint import load_checkpoint
     from gdn_tvm.target import gpu_present
 
-    parser = _arguments()
-    args = parser.parse_args(argv)
-    if args.preset and not args.random_weights:
-        parser.error("--preset decodes random weights: add --random-weights (or give --checkpoint)")
     dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
     tokenizer, stops = None, []
     if args.checkpoint:
@@ -90,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--prompt needs a checkpoint with tokenizer.json; give --prompt-ids")
         ids = tokenizer.encode(args.prompt).ids
     else:
-        ids = [int(t) for t in args.prompt_ids.split(",")]
+        try:
+            ids = [int(t) for t in args.prompt_ids.split(",")]
+        except ValueError:
+            parser.error(f"--prompt-ids: expected comma-separated token ids, got {args.prompt_ids!r}")
+    if not ids or not all(0 <= t < m.vocab_size for t in ids):  # before anything compiles
+        parser.error(f"prompt: expected token ids in [0, {m.vocab_size}), got {ids}")
+    if args.max_new_tokens < 1:
+        parser.error(f"--max-new-tokens (max_new_tokens): expected an int >= 1, got {args.max_new_tokens}")
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, two passes over the logits instead of ~85

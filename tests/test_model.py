@@ -209,3 +209,27 @@ def test_a_greedy_model_decodes_as_the_sampling_one_and_refuses_temperature(tmp_
     np.testing.assert_array_equal(np.stack(runs[0][1][0]), np.stack(runs[1][1][0]))
     with pytest.raises(ArgumentError, match="temperature"):
         greedy.start(Request([1], 4, temperature=0.5))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompt-ids", "1,x"], "--prompt-ids"),
+        (["--prompt-ids", "1,100000"], "prompt"),
+        (["--prompt-ids", "1", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["--prompt-ids", "1", "--batch", "0"], "batch"),
+    ],
+)
+def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args, message):
+    """Exit status 2 and a message naming the argument, no traceback: bad ids, an id past the vocabulary, no tokens to
+    generate, no lanes; and a checkpoint directory without config.json, by file."""
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    common = ["--checkpoint", str(tmp_path), "--target", "llvm", "--max-len", "96", "--split-len", "32"]
+    with pytest.raises(SystemExit) as exit_:
+        generate.main([*common, *args])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        generate.main(["--checkpoint", str(tmp_path / "missing"), "--prompt-ids", "1"])
+    assert "config.json" in capsys.readouterr().err
