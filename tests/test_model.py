@@ -233,3 +233,20 @@ def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args,
     with pytest.raises(SystemExit):
         generate.main(["--checkpoint", str(tmp_path / "missing"), "--prompt-ids", "1"])
     assert "config.json" in capsys.readouterr().err
+
+
+def test_threads_sharing_a_model_each_get_their_requests_tokens(tmp_path, rng):
+    """`generate` from two threads on one model: the lock keeps their lanes apart, each gets its own tokens."""
+    import threading
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=2, slots=2)
+    requests = [Request(rng.integers(0, TINY["vocab_size"], 3).tolist(), 10) for _ in range(2)]
+    alone = [model.generate([r])[0] for r in requests]
+    got: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda i=i: got.update({i: model.generate([requests[i]])[0]})) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[0], got[1]] == alone

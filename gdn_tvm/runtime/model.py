@@ -13,6 +13,7 @@ tokens. Finished lanes and their slots are handed to the next requests.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
 from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
 from gdn_tvm.runtime.layers import Kernels, Layer
+from gdn_tvm.runtime.stack import locked
 from gdn_tvm.signature import ArgumentError
 
 # The lanes' inputs at rest: no lane active (slot -1), sampling greedy, no stop ids (-1), valid everywhere else.
@@ -52,7 +54,8 @@ class Model:
     `sampling` every request is greedy and the step picks tokens with `argmax` instead of `sample`.
 
     `generate(requests)` decodes them all, lanes refilled as requests finish. Lower level: `start(request)` takes a
-    free lane, `launch()` runs one step, `events()` reads the events of the step launched last."""
+    free lane, `launch()` runs one step, `events()` reads the events of the step launched last. Every public method
+    holds the model's lock, so threads sharing a model never interleave their lane writes and launches."""
 
     def __init__(
         self,
@@ -81,8 +84,10 @@ class Model:
         self._events = self.bound.out
         self._free_lanes, self._free_slots = deque(range(B)), deque(range(cfg.slots))
         self._lane_slot: dict[int, int] = {}
+        self._lock = threading.RLock()
         self._readback: _Eager | _Graphs = _Eager(self.bound, self._events)
 
+    @locked
     def capture(self) -> None:
         """Capture the step as two CUDA graphs (each copying its events to its own pinned host buffer); later steps
         replay them in turn. One eager step with no lane active first loads every kernel."""
@@ -91,6 +96,7 @@ class Model:
         self.bound.run()
         self._readback = _Graphs(self.bound, self._events, self.device.index)
 
+    @locked
     def start(self, request: Request, slot: int | None = None) -> int:
         """Put `request` on a free lane with a free slot (`slot`, or the one free longest), its states zeroed; returns
         the lane. `ArgumentError` names the field of a bad request or a slot in use, before anything is written;
@@ -126,11 +132,13 @@ class Model:
         self._lane_slot[lane] = slot
         return lane
 
+    @locked
     def launch(self) -> int:
         """Launch one step for every live lane (replayed where captured); returns the ticket `events` takes. The host
         does not wait: the step's events come back behind it."""
         return self._readback.launch()
 
+    @locked
     def events(self, ticket: int) -> np.ndarray:
         """[2, B] int32 of the step launched with `ticket` (waiting for it; read each before launching two more): the
         token each lane emitted (-1: none) and 1 where the lane finished. A finished lane and its slot are free again
@@ -141,6 +149,7 @@ class Model:
             self._free_slots.append(self._lane_slot.pop(int(lane)))
         return events
 
+    @locked
     def elapsed(self, steps: int) -> float:
         """Seconds `steps` back-to-back replayed steps take on the GPU (CUDA events around them; after `capture`).
         Live lanes advance `steps` positions."""
@@ -148,12 +157,14 @@ class Model:
             raise RuntimeError("elapsed() times graph replays: capture() first")
         return self._readback.elapsed(steps)
 
+    @locked
     def reset_lanes(self) -> None:
         """Stop every lane (slot -1): every lane and slot free again (a slot's states are zeroed as a lane takes it)."""
         self.inputs["slots"].copyfrom(np.full(self.cfg.batch, -1, np.int32))
         self._lane_slot.clear()
         self._free_lanes, self._free_slots = deque(range(self.cfg.batch)), deque(range(self.cfg.slots))
 
+    @locked
     def generate(
         self, requests: Iterable[Request], on_token: Callable[[int, int], None] | None = None
     ) -> list[list[int]]:

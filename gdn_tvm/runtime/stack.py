@@ -19,8 +19,8 @@ from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device
 _Method = TypeVar("_Method", bound=Callable)
 
 
-def _locked(method: _Method) -> _Method:
-    """`method` run holding the stack's lock."""
+def locked(method: _Method) -> _Method:
+    """`method` run holding its object's `_lock` (a stack's or a model's)."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
@@ -85,7 +85,7 @@ class HybridStack:
     def out(self) -> tvm.runtime.Tensor:
         return self.layers[-1].out
 
-    @_locked
+    @locked
     def write_inputs(self, x, positions, slots) -> None:
         """Check the step's inputs (raising `ArgumentError` naming the bad one) and write them to the device.
 
@@ -101,20 +101,20 @@ class HybridStack:
         for buffer, value in zip((self.x, self.io.positions, self.io.slots), values.values(), strict=True):
             buffer.copyfrom(_staged(value))
 
-    @_locked
+    @locked
     def run(self) -> None:
         """Replay every layer's plan on the inputs already written."""
         for layer in self.layers:
             layer.run()
 
-    @_locked
+    @locked
     def step(self, x, positions, slots) -> tvm.runtime.Tensor:
         """One decode step, launched eagerly; returns the last layer's output [B, hidden] (device)."""
         self.write_inputs(x, positions, slots)
         self.run()
         return self.out
 
-    @_locked
+    @locked
     def capture(self) -> None:
         """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
         skip = np.full(self.cfg.batch, -1, np.int32)
@@ -123,7 +123,7 @@ class HybridStack:
         launches = sum(len(layer.launches) for layer in self.layers)
         self.graph = CudaGraph(self.run, launches, self.device.index)
 
-    @_locked
+    @locked
     def step_graph(self, x, positions, slots) -> tvm.runtime.Tensor:
         """One decode step by CUDA-graph replay (call `capture()` once first); same results as `step`."""
         if self.graph is None:
@@ -132,14 +132,14 @@ class HybridStack:
         self.graph.replay()
         return self.out
 
-    @_locked
+    @locked
     def acquire(self) -> int:
         """A free slot, its states zeroed."""
         if not self._free:
             raise RuntimeError(f"all {self.cfg.slots} slots are in use")
         return self._free.pop(0)
 
-    @_locked
+    @locked
     def release(self, slot: int) -> None:
         """Return `slot` (acquired, or named by a step) to the pool and zero its states."""
         self._check_slot(slot)
@@ -148,7 +148,7 @@ class HybridStack:
         self.reset(slot)
         self._free.append(slot)
 
-    @_locked
+    @locked
     def reset(self, slot: int) -> None:
         """Zero `slot`'s conv/recurrent states and KV rows in every layer."""
         self._check_slot(slot)
