@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from gdn_tvm.config import DTYPE_FIELDS, DTYPES, PRESETS, DecodeConfig, preset
-from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
+from gdn_tvm.runtime.model import Model, Request, check_request, checkpoint_weights
 from gdn_tvm.runtime.weights import random_model_weights
 
 
@@ -105,13 +105,13 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             ids = [int(t) for t in args.prompt_ids.split(",")]
         except ValueError:
             parser.error(f"--prompt-ids: expected comma-separated token ids, got {args.prompt_ids!r}")
-    if not ids or not all(0 <= t < m.vocab_size for t in ids):  # before anything compiles
-        parser.error(f"prompt: expected token ids in [0, {m.vocab_size}), got {ids}")
-    if args.max_new_tokens < 1:
-        parser.error(f"--max-new-tokens (max_new_tokens): expected an int >= 1, got {args.max_new_tokens}")
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, two passes over the logits instead of ~85
+    draw = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **draw) for i in range(args.batch)]
+    for request in requests:  # before anything compiles
+        check_request(cfg, request, sampling)
     kind = "cuda" if on_gpu else "llvm"
     started = time.perf_counter()
     if args.library:  # the TVM runtime alone
@@ -131,8 +131,6 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         f"ready in {time.perf_counter() - started:.1f} s ({kind}, {m.name}, B={args.batch})",
         file=sys.stderr,
     )
-    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
-    requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **sampling) for i in range(args.batch)]
     arrivals: list[float] = []
 
     def on_token(index: int, token: int) -> None:

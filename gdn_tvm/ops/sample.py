@@ -120,8 +120,10 @@ def make_sample(cfg: DecodeConfig):
         w = T.exp((logits[b, i] - vmax[b]) / temperature[b])
         return T.Select(cond, T.Cast("float64", w), T.float64(0))
 
-    def kept(logits, kth_step, pth_step, b, i):
-        return order_key(logits[b, i]) >= T.max(pth_step[b, KEY_BITS - 1], kth_step[b, KEY_BITS - 1])
+    def kept(logits, temperature, kth_step, pth_step, b, i):
+        """Token i is a candidate of a lane that draws (a greedy lane keeps none: its passes read no logits)."""
+        key = order_key(logits[b, i]) >= T.max(pth_step[b, KEY_BITS - 1], kth_step[b, KEY_BITS - 1])
+        return T.And(drawing(temperature, b), key)
 
     def with_bit(key, n):
         return T.bitwise_or(key, _bit(n, KEY_BITS))
@@ -236,7 +238,7 @@ def make_sample(cfg: DecodeConfig):
                     with T.init():
                         z[vb] = T.float64(0)
                     z[vb] = z[vb] + weight_if(
-                        T.And(drawing(temperature, vb), kept(logits, kth_step, pth_step, vb, vi)),
+                        kept(logits, temperature, kth_step, pth_step, vb, vi),
                         logits, vmax, temperature, vb, vi,
                     )  # fmt: skip
             for i in range(V):
@@ -247,7 +249,7 @@ def make_sample(cfg: DecodeConfig):
                     after[vb] = T.min(
                         after[vb],
                         T.Select(
-                            T.And(drawing(temperature, vb), kept(logits, kth_step, pth_step, vb, vi)),
+                            kept(logits, temperature, kth_step, pth_step, vb, vi),
                             V - 1 - vi,
                             T.max_value("int32"),
                         ),
@@ -273,10 +275,8 @@ def make_sample(cfg: DecodeConfig):
                         with T.init():
                             below[vb, vn] = T.float64(0)
                         below[vb, vn] = below[vb, vn] + weight_if(
-                            T.And(
-                                drawing(temperature, vb),
-                                vi < pos[vb, vn] + (1 << (NB - 1 - vn)) and kept(logits, kth_step, pth_step, vb, vi),
-                            ),
+                            vi < pos[vb, vn] + (1 << (NB - 1 - vn))
+                            and kept(logits, temperature, kth_step, pth_step, vb, vi),
                             logits, vmax, temperature, vb, vi,
                         )  # fmt: skip
                 with T.sblock("cdf_step"):

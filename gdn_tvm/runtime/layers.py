@@ -91,9 +91,15 @@ class Layer:
     def reset_slot(self, slot: int) -> None:
         """Zero every state row of `slot`."""
         for t in self.states:
-            row = t.shape[1:]
-            nbytes = int(np.prod(row)) * np.dtype(str(t.dtype)).itemsize
-            t._create_view(row, relative_byte_offset=slot * nbytes).copyfrom(np.zeros(row, str(t.dtype)))
+            write_row(t, slot, 0)
+
+
+def write_row(tensor: tvm.runtime.Tensor, index: int, value) -> None:
+    """`tensor[index] = value` on its device (row `index` of a `[N, ...]` tensor, `value` broadcast over it)."""
+    row = tuple(tensor.shape[1:])
+    dtype = str(tensor.dtype)
+    nbytes = int(np.prod(row, dtype=np.int64)) * np.dtype(dtype).itemsize
+    tensor._create_view(row, relative_byte_offset=index * nbytes).copyfrom(np.full(row, value, dtype))
 
 
 def bind_layer(

@@ -26,7 +26,7 @@ from gdn_tvm.plan import LANE_INPUTS
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
 from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
-from gdn_tvm.runtime.layers import Kernels, Layer
+from gdn_tvm.runtime.layers import Kernels, Layer, write_row
 from gdn_tvm.runtime.stack import locked
 from gdn_tvm.signature import ArgumentError
 
@@ -101,7 +101,7 @@ class Model:
         """Put `request` on a free lane with a free slot (`slot`, or the one free longest), its states zeroed; returns
         the lane. `ArgumentError` names the field of a bad request or a slot in use, before anything is written;
         `RuntimeError` when no lane is free."""
-        prompt = self._check(request)
+        prompt = check_request(self.cfg, request, self.sampling)
         if not self._free_lanes:
             raise RuntimeError(f"all {self.cfg.batch} lanes are busy")
         if slot is not None and slot not in self._free_slots:
@@ -128,7 +128,7 @@ class Model:
             "slots": slot,  # last: the lane is live from here
         }
         for name, value in values.items():
-            _write_row(self.inputs[name], lane, value)
+            write_row(self.inputs[name], lane, value)
         self._lane_slot[lane] = slot
         return lane
 
@@ -173,7 +173,7 @@ class Model:
         GPU always has a step queued (a freed lane sits out that one step)."""
         queue = deque(enumerate(requests))
         for _, request in queue:
-            self._check(request)
+            check_request(self.cfg, request, self.sampling)
         out: list[list[int]] = [[] for _ in queue]
         owner: dict[int, int] = {}  # lane -> request index
         previous = None
@@ -199,27 +199,29 @@ class Model:
             if events[1, lane]:
                 del owner[lane]
 
-    def _check(self, request: Request) -> np.ndarray:
-        """The request's prompt as int32, after checking every field (`ArgumentError` naming it)."""
-        V, L = self.cfg.model.vocab_size, self.cfg.max_len
-        prompt = np.asarray(request.prompt)
-        if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
-            raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
-        if prompt.min() < 0 or prompt.max() >= V:
-            raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
-        if not isinstance(request.max_new_tokens, int | np.integer) or request.max_new_tokens < 1:
-            raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
-        if not np.isfinite(request.temperature):
-            raise ArgumentError(f"temperature: expected a finite number, got {request.temperature}")
-        if request.temperature > 0 and not self.sampling:
-            raise ArgumentError(f"temperature={request.temperature}: this model decodes greedily (sampling=False)")
-        if not 0 < request.top_p <= 1:
-            raise ArgumentError(f"top_p: expected a number in (0, 1], got {request.top_p}")
-        for name in ("top_k", "seed"):
-            value = getattr(request, name)
-            if not isinstance(value, int | np.integer) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
-                raise ArgumentError(f"{name}: expected an int, got {value!r}")
-        return prompt.astype(np.int32)
+
+def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) -> np.ndarray:
+    """`request`'s prompt as int32, after checking every field against `cfg` (and, without `sampling`, that it is
+    greedy): `ArgumentError` naming the field."""
+    V, L = cfg.model.vocab_size, cfg.max_len
+    prompt = np.asarray(request.prompt)
+    if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
+        raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
+    if prompt.min() < 0 or prompt.max() >= V:
+        raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
+    if not isinstance(request.max_new_tokens, int | np.integer) or request.max_new_tokens < 1:
+        raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
+    if not np.isfinite(request.temperature):
+        raise ArgumentError(f"temperature: expected a finite number, got {request.temperature}")
+    if request.temperature > 0 and not sampling:
+        raise ArgumentError(f"temperature={request.temperature}: this model decodes greedily (sampling=False)")
+    if not 0 < request.top_p <= 1:
+        raise ArgumentError(f"top_p: expected a number in (0, 1], got {request.top_p}")
+    for name in ("top_k", "seed"):
+        value = getattr(request, name)
+        if not isinstance(value, int | np.integer) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
+            raise ArgumentError(f"{name}: expected an int, got {value!r}")
+    return prompt.astype(np.int32)
 
 
 def checkpoint_weights(checkpoint: Checkpoint) -> dict:
@@ -229,14 +231,6 @@ def checkpoint_weights(checkpoint: Checkpoint) -> dict:
     for i, (mixer, block) in enumerate(zip(checkpoint.layers, checkpoint.blocks, strict=True)):
         named |= {f"layers.{i}.{k}": v for k, v in (mixer | block).items()}
     return named
-
-
-def _write_row(tensor: tvm.runtime.Tensor, lane: int, value) -> None:
-    """`tensor[lane] = value` on the device (a row of a [B, ...] tensor)."""
-    row = tuple(tensor.shape[1:])
-    dtype = str(tensor.dtype)
-    nbytes = int(np.prod(row, dtype=np.int64)) * np.dtype(dtype).itemsize
-    tensor._create_view(row, relative_byte_offset=lane * nbytes).copyfrom(np.full(row, value, dtype))
 
 
 class _Eager:

@@ -29,11 +29,8 @@ def random_weights(m: ModelConfig, kind: str, rng: np.random.Generator) -> dict[
             w = dt + np.log(-np.expm1(-dt))  # inverse softplus of dt
         elif name == "norm":  # the gated RMSNorm's weight, used as stored
             w = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif name in ("q_norm", "k_norm"):  # zero-centred: the kernel scales by 1 + w
-            w = 0.1 * rng.standard_normal(shape)
-        else:  # float32 draws in place: a 27b stack is 12 GiB of them
-            w = rng.standard_normal(shape, dtype=np.float32)
-            w *= np.float32(1 / np.sqrt(shape[1] if name == "conv1d" else shape[-1]))
+        else:  # q_norm and k_norm (zero-centred), the projections and the conv weight
+            w = _random(rng, name, shape)
         out[name] = w.astype(np.float32, copy=False)
     return out
 
@@ -53,12 +50,13 @@ def random_model_weights(m: ModelConfig, rng: np.random.Generator) -> dict[str, 
 
 
 def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A (zero-centred) norm weight near 0, or a matrix with rows of about unit norm (the embedding: unit entries)."""
+    """A zero-centred norm weight near 0 (the kernels scale by 1 + w), or a matrix with rows of about unit norm (the
+    embedding: unit entries; float32 draws in place: a 27b stack is 12 GiB of them)."""
     if len(shape) == 1:
         return (0.1 * rng.standard_normal(shape)).astype(np.float32)
     w = rng.standard_normal(shape, dtype=np.float32)
     if name != "embed_tokens":
-        w *= np.float32(1 / np.sqrt(shape[1]))
+        w *= np.float32(1 / np.sqrt(shape[-1]))
     return w
 
 
