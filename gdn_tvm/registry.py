@@ -35,7 +35,8 @@ class Op:
     signature: Callable[[DecodeConfig], list[Arg]]
     reference: Callable[..., None]
     schedules: Mapping[str, Callable[..., None]]
-    knobs: Mapping[str, Mapping[str, tuple]]  # target kind -> knob grid of its hand schedule (may be empty)
+    # target kind -> knob grid of its hand schedule (may be empty), or a tuple of grids (their union)
+    knobs: Mapping[str, Mapping[str, tuple] | tuple[Mapping[str, tuple], ...]]
     sizes: Callable[[DecodeConfig], dict[str, object]]
     exact: bool = False  # pure data movement: compared bit for bit
     key_name: str = ""  # workload-key prefix; ops of one shape family (gemv) share it
@@ -106,7 +107,7 @@ def _entry(
         signature=partial(op_mod.signature, **flags),
         reference=getattr(ref_mod, ref or family),
         schedules={kind: partial(getattr(sched_mod, kind), **flags) for kind in TARGET_KINDS},
-        knobs={kind: dict(getattr(sched_mod, grid, {})) for kind, grid in KNOB_GRIDS.items()},
+        knobs={kind: getattr(sched_mod, grid, {}) for kind, grid in KNOB_GRIDS.items()},
         sizes=sizes,
         exact=exact,
         key_name=key_name,

@@ -13,6 +13,7 @@ from tvm import s_tir
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
+from . import mma
 from .common import per_load, vectorize_floats
 
 MANY_LANES = 8  # from this many lanes on, each weight element feeds enough multiply-adds that float32 FLOPs bind
@@ -21,8 +22,28 @@ MANY_LANES = 8  # from this many lanes on, each weight element feeds enough mult
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
 
-# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"rows": (1, 2, 4, 8, 16), "threads_per_row": (16, 32, 64, 128), "rows_per_thread": (1, 2, 4), "unroll": (8,)}
+# bf16 weights and whole 16-lane tiles from this many lanes on: tensor cores (`mma.sync`), not float32 FMAs.
+TENSOR_CORE_LANES = 16
+SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
+
+# The knob grids a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times: CUDA cores, then tensor
+# cores (for bf16 weights and lanes in 16s; `n_frags`/`m_frags`: 16 x 16 tiles a warp holds along N / B).
+KNOBS = (
+    {
+        "tensor_cores": (False,),
+        "rows": (1, 2, 4, 8, 16),
+        "threads_per_row": (16, 32, 64, 128),
+        "rows_per_thread": (1, 2, 4),
+        "unroll": (8,),
+    },
+    {
+        "tensor_cores": (True,),
+        "warps_n": (1, 2, 4),
+        "n_frags": (1, 2, 4),
+        "m_frags": (1, 2, 4),
+        "k_tiles": (2, 4),
+    },
+)
 
 
 def llvm(
@@ -72,9 +93,16 @@ def cuda(
     smem_bytes: int = 24576,
     unroll: int = 8,
     rows_per_thread: int | None = None,
+    tensor_cores: bool | None = None,
+    warps_n: int | None = None,
+    n_frags: int | None = None,
+    m_frags: int | None = None,
+    k_tiles: int | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
-    """One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
+    """Tensor cores where `uses_tensor_cores` (or `tensor_cores=True`): see `_cuda_tensor_cores`. Otherwise:
+
+    One CTA per `rows` rows x one B tile; each row reduced by `threads_per_row` threads (warp shuffles).
 
     Threads read w with `vector`-wide coalesced loads along K (default 16 bytes: float4, or 8 bf16 as a uint4,
     converted to float32 in registers), `unroll` loads in flight; every w element read serves the B tile's lanes of
@@ -91,6 +119,13 @@ def cuda(
     each a gate and an up row of w (a thread loads both per K step, and holds both sums); the group's sums go to
     shared memory, then one thread per (lane, row) writes `silu(gate) * up`.
     """
+    if tensor_cores is None:
+        tensor_cores = uses_tensor_cores(cfg, proj, conv, norm, swiglu)
+    if tensor_cores:
+        if conv or norm:
+            raise ValueError("tensor cores: the conv and norm variants run on CUDA cores")
+        layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, gpu)
+        return _cuda_tensor_cores(sch, swiglu, *layout)
     vector = vector or per_load(cfg.weight_dtype)
     layout = cuda_layout(
         cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu, swiglu
@@ -151,6 +186,152 @@ def cuda(
             b, n, *_ = sch.get_loops(block)[2:]
             _, tx = sch.split(sch.fuse(b, n), factors=[None, threads_per_row])
             sch.bind(tx, "threadIdx.x")
+
+
+def uses_tensor_cores(
+    cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, swiglu: bool = False
+) -> bool:
+    """The default: tensor cores for bf16 weights, whole 16-lane tiles from `TENSOR_CORE_LANES` lanes and whole
+    16 x 16 tiles of w, no conv or norm stage (those variants run at B = 1)."""
+    n_rows, n_cols = cfg.model.projections[proj]
+    return (
+        cfg.weight_dtype == "bfloat16"
+        and cfg.batch >= TENSOR_CORE_LANES
+        and cfg.batch % mma.TILE == 0
+        and n_rows // (2 if swiglu else 1) % mma.TILE == 0
+        and n_cols % mma.TILE == 0
+        and not (conv or norm)
+    )
+
+
+def tensor_core_layout(
+    cfg: DecodeConfig,
+    proj: str,
+    swiglu: bool = False,
+    warps_n: int | None = None,
+    n_frags: int | None = None,
+    m_frags: int | None = None,
+    k_tiles: int | None = None,
+    gpu: GpuSpec = DEFAULT_GPU,
+) -> tuple[int, int, int, int, int, int]:
+    """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles)` of the tensor-core schedule.
+
+    A CTA covers `B / b_tiles` lanes (`warps_m * m_frags` 16-lane tiles) and `warps_n * n_frags` 16-row tiles of w
+    (SwiGLU: output rows, each a gate and an up row), staging `k_tiles * 16` columns of x and w a step in shared
+    memory. Defaults: 4 m tiles a warp, 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still
+    give every SM a CTA; the fewest B tiles whose chunks fit `SMEM_LIMIT` (every lane in one CTA where they do,
+    so each weight byte is read once).
+    """
+    if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
+        raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
+    n_rows, n_cols = cfg.model.projections[proj]
+    n_rows //= 2 if swiglu else 1
+    if n_rows % mma.TILE or n_cols % mma.TILE:
+        raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
+    m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
+    k_tiles = k_tiles or _divisor_at_most(k_all, 4)
+    m_frags = m_frags or min(4, m_tiles)
+    if m_tiles % m_frags or k_all % k_tiles:
+        raise ValueError(f"{proj}: {m_frags} m tiles a warp, {k_tiles} k tiles a step do not divide the shape")
+    shapes = [(w, f) for w in (4, 2, 1) for f in (2, 1) if n_tiles % (w * f) == 0]
+    if warps_n is not None and n_frags is not None:
+        shapes = [(warps_n, n_frags)]
+    elif warps_n is not None or n_frags is not None:
+        shapes = [(w, f) for w, f in shapes if warps_n in (None, w) and n_frags in (None, f)]
+    if not shapes or n_tiles % (shapes[0][0] * shapes[0][1]):
+        raise ValueError(f"{proj}: {warps_n} x {n_frags} tiles a CTA do not divide {n_tiles}")
+
+    # the most rows a CTA that still give every SM a CTA, then the fewest; for each, the fewest B tiles that fit
+    def fewer_ctas(shape: tuple[int, int]) -> tuple[bool, int]:
+        fill = n_tiles // (shape[0] * shape[1]) >= gpu.sms
+        return not fill, -shape[0] * shape[1] if fill else shape[0] * shape[1]
+
+    shapes.sort(key=fewer_ctas)
+    chunk, per_warp = mma.TILE * k_tiles, m_tiles // m_frags
+    for w_n, f_n in shapes:
+        for b_tiles in (d for d in range(1, per_warp + 1) if per_warp % d == 0):
+            warps_m = per_warp // b_tiles
+            lanes, rows = cfg.batch // b_tiles, w_n * f_n * mma.TILE
+            smem = lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2 + (2 * lanes * rows * 4 if swiglu else 0)
+            if warps_m * w_n <= 8 and smem <= SMEM_LIMIT:
+                return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles
+    raise ValueError(f"{proj}: no B tiling of {m_frags} m tiles a warp fits {SMEM_LIMIT} bytes of shared memory")
+
+
+def _cuda_tensor_cores(
+    sch: s_tir.Schedule,
+    swiglu: bool,
+    b_tiles: int,
+    warps_m: int,
+    m_frags: int,
+    warps_n: int,
+    n_frags: int,
+    k_tiles: int,
+) -> None:
+    """`mma.sync` on 16 x 16 x 16 tiles (`schedules/mma.py`: x split into bf16 hi + lo, float32 accumulate).
+
+    CTAs over (row tiles, B tiles), B tiles of the same rows neighbours; warps over (B, rows). Each k step the CTA
+    stages its lanes' x chunk (float32) and its rows' w chunk (bf16) in padded shared memory with 16-byte loads,
+    then each warp loads its x fragments (splitting them), its w fragments (ldmatrix) and issues the mma's.
+    Accumulators stay in registers: y is stored from them; SwiGLU's gate and up sums (the gate/up loop outside the
+    k steps) go to shared memory, then the CTA's threads write `silu(gate) * up`.
+    """
+    blk = sch.get_sblock("gemv")
+    b, n, *pair, k = sch.get_loops(blk)
+    b0, b1, b2, bi = sch.split(b, factors=[b_tiles, warps_m, m_frags, mma.TILE])
+    n0, n1, n2, ni = sch.split(n, factors=[None, warps_n, n_frags, mma.TILE])
+    k0, k1, ki = sch.split(k, factors=[None, k_tiles, mma.TILE])
+    sch.reorder(n0, b0, b1, n1, *pair, k0, k1, b2, n2, bi, ni, ki)
+    cta = sch.fuse(n0, b0)
+    sch.bind(cta, "blockIdx.x")
+    warp = sch.fuse(b1, n1)
+    sch.bind(warp, "threadIdx.y")
+    if swiglu:  # after the CTA's sums: each thread writes some (lane, row)s
+        out = sch.get_sblock("swiglu")
+        sch.reverse_compute_at(out, cta, preserve_unit_loops=True)
+        b, n, _ = sch.get_loops(out)[-3:]
+        _, ty, tx = sch.split(sch.fuse(b, n), factors=[None, warps_m * warps_n, mma.WARP])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+    tile = sch.blockize(bi)
+    for index, vector in ((0, mma.TILE // 4), (1, mma.TILE // 2)):  # x: float4s, w: 8 bf16 a load
+        staged = sch.cache_read(tile, index, "shared")
+        sch.compute_at(staged, k0)
+        fused = sch.fuse(*sch.get_loops(staged)[-2:])
+        _, ty, tx, v = sch.split(fused, factors=[None, warps_m * warps_n, mma.WARP, vector])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(v)
+        sch.storage_align(staged, 0, axis=-2, factor=32, offset=vector)  # rows padded: no bank conflicts
+    fragments = [sch.cache_read(tile, index, "warp") for index in (0, 1)]
+    for fragment in fragments:
+        sch.compute_at(fragment, k1)
+    acc = sch.cache_write(tile, 0, "warp")
+    sch.reverse_compute_at(acc, pair[0] if swiglu else warp)
+    if swiglu:  # gate_up in shared memory, read back by the warp that wrote it
+        sch.set_scope(acc, 0, "shared")
+    *_, i, j = sch.get_loops(acc)
+    io, ii = sch.split(i, factors=[None, mma.TILE])
+    jo, ji = sch.split(j, factors=[None, mma.TILE])
+    sch.reorder(io, jo, ii, ji)
+    sch.decompose_reduction(tile, k0)
+    loads = [_tile_loop(sch, fragment) for fragment in fragments]
+    for fragment in (*fragments, acc):
+        sch.transform_layout(fragment, ("read", 0) if fragment == acc else ("write", 0), mma.index_map)
+    sch.tensorize(loads[0], mma.LOAD_X)
+    sch.tensorize(loads[1], mma.LOAD_W)
+    sch.tensorize(sch.get_loops(blk)[-3], mma.MMA)
+    sch.tensorize(sch.get_loops(sch.get_sblock("gemv_init"))[-2], mma.FILL)
+    sch.tensorize(sch.get_loops(acc)[-2], mma.STORE_SHARED if swiglu else mma.STORE_GLOBAL)
+
+
+def _tile_loop(sch: s_tir.Schedule, block) -> s_tir.schedule.LoopRV:
+    """The copy `block`'s last two loops tiled by 16: the loop that a fragment load tensorizes."""
+    i, j = sch.get_loops(block)[-2:]
+    io, ii = sch.split(i, factors=[None, mma.TILE])
+    jo, ji = sch.split(j, factors=[None, mma.TILE])
+    sch.reorder(io, jo, ii, ji)
+    return ii
 
 
 def _head_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) -> None:

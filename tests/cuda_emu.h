@@ -8,10 +8,17 @@
 // even blocks and last to first in odd ones, so a read that a missing barrier leaves unordered sees a stale value in
 // one order or the other. What the generated code never does stops the launch with the reason rather than hanging
 // or guessing: threads of a block at different barriers (a divergent `__syncthreads`, a shuffle some lanes skip, an
-// early return before a barrier) and shuffles whose mask leaves lanes out.
+// early return before a barrier), shuffles whose mask leaves lanes out and tensor-core instructions in a partial warp.
+//
+// Tensor cores: tests/cuda_emu.py rewrites the inline PTX of `ldmatrix` (m8n8 .x1/.x2/.x4, .trans or not, b16) and
+// of `mma` (m16n8k16 row.col, bf16 inputs, f32 accumulators) into calls of `emu::ldmatrix` and
+// `emu::mma_m16n8k16_bf16` below: warp collectives like the shuffles, whose lanes post their part (a matrix row, their
+// A and B registers) and read the others' behind one warp barrier. `__shared__` storage is a section of the library
+// (`emu_shared`), so `__cvta_generic_to_shared` gives an offset into it as CUDA gives one into the shared window.
 //
 // Not modelled: concurrent blocks (no inter-block races), uninitialised shared memory (it holds the last block's
-// values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`).
+// values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`; `mma` sums its
+// exact products in double, rounding once to float, where tensor cores keep fewer bits).
 //
 // bf16 (`cuda_bf16.h`, included after this file, is this file again): `nv_bfloat16` holds the bits, converts from
 // float rounding to the nearest even (NaN to 0x7fff, as `cvt.rn.bf16.f32` does) and to float exactly; the vector
@@ -24,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #define __global__
 #define __device__
@@ -31,9 +39,10 @@
 #define __forceinline__ inline
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
-#define __shared__ static
-// `__shared__ alignas(64) float x[n]` becomes `static alignas(64) ...`, where C++ allows no standard attribute;
-// GNU's aligned attribute may stand there.
+// Function-static, in a section of its own: the linker brackets it with `__start_emu_shared` and `__stop_emu_shared`.
+#define __shared__ static __attribute__((section("emu_shared")))
+// `__shared__ alignas(64) float x[n]` becomes `static __attribute__((...)) alignas(64) ...`, where C++ allows no
+// standard attribute; GNU's aligned attribute may stand there.
 #define alignas(n) __attribute__((aligned(n)))
 
 struct uint3 {
@@ -120,10 +129,14 @@ struct Barrier {
   unsigned long round;
 };
 
+// The most a lane posts to a warp collective: a shuffle's value, its row of an ldmatrix, its A and B registers of an
+// mma.
+constexpr size_t kPost = 24;
+
 struct Warp {
   Barrier barrier;
-  unsigned mask;         // its lanes (the last warp of a block may be partial)
-  uint64_t slot[2][32];  // a value per lane; shuffles alternate rows, so one barrier per shuffle suffices
+  unsigned mask;  // its lanes (the last warp of a block may be partial)
+  alignas(8) unsigned char slot[2][32][kPost];  // a post a lane; collectives alternate rows: one barrier each suffices
 };
 
 inline Thread threads[kMaxThreads];
@@ -149,7 +162,7 @@ template <class... A>
 inline void yield() {
   if (++idle > alive)
     fail("deadlock: threads wait at barriers that cannot complete (a __syncthreads not every thread reaches, or a "
-         "shuffle some lanes of a warp skip)");
+         "shuffle or tensor-core instruction some lanes of a warp skip)");
   Thread *me = self, *last = &threads[n_threads - 1];
   do self = reverse ? (self == threads ? last : self - 1) : (self == last ? threads : self + 1);
   while (self->done);
@@ -161,7 +174,8 @@ inline void wait(Barrier& b, unsigned line) {
     b.line = line;
   else if (b.line != line)
     fail("threads meet at lines %u and %u (%s)", b.line, line,
-         &b == &block_barrier ? "a __syncthreads in divergent code" : "a warp's lanes at different shuffles");
+         &b == &block_barrier ? "a __syncthreads in divergent code"
+                               : "a warp's lanes at different shuffles or tensor-core instructions");
   idle = 0;
   unsigned long round = b.round;
   if (++b.arrived == b.count) {
@@ -172,18 +186,34 @@ inline void wait(Barrier& b, unsigned line) {
   while (b.round == round) yield();
 }
 
-// `v` of lane `src` of the caller's warp, all its lanes in lockstep.
+// What the lanes of a warp posted to one collective, by lane.
 template <class T>
-T exchange(unsigned mask, T v, unsigned src, unsigned line) {
-  static_assert(sizeof(T) <= sizeof(uint64_t));
+struct Posted {
+  const unsigned char (*row)[kPost];
+  T operator[](unsigned lane) const {
+    T v;
+    std::memcpy(&v, row[lane], sizeof v);
+    return v;
+  }
+};
+
+// Post `v` for the caller's warp, all its lanes in lockstep, and see every lane's post: readable until the caller's
+// next collective (which posts to the other row; the one after waits until every lane has left this one).
+template <class T>
+Posted<T> gather(unsigned mask, const T& v, unsigned line) {
+  static_assert(sizeof(T) <= kPost && std::is_trivially_copyable_v<T>);
   Warp& w = warps[self->warp];
   if (mask != w.mask) fail("shuffle mask %#x leaves lanes of warp %u (%#x) out", mask, self->warp, w.mask);
   unsigned row = self->parity ^= 1;
-  std::memcpy(&w.slot[row][self->lane], &v, sizeof v);
+  std::memcpy(w.slot[row][self->lane], &v, sizeof v);
   wait(w.barrier, line);
-  T out;
-  std::memcpy(&out, &w.slot[row][src], sizeof out);
-  return out;
+  return {w.slot[row]};
+}
+
+// `v` of lane `src` of the caller's warp, all its lanes in lockstep.
+template <class T>
+T exchange(unsigned mask, T v, unsigned src, unsigned line) {
+  return gather(mask, v, line)[src];
 }
 
 inline void entry() {
@@ -277,4 +307,124 @@ template <class T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32, unsigned line = __builtin_LINE()) {
   unsigned lane = emu::self->lane, src = lane ^ lane_mask;
   return emu::exchange(mask, v, src < (lane & ~(width - 1)) + width ? src : lane, line);
+}
+
+// Tensor cores. `__shared__` storage lies between the linker's bounds of its section, which the placeholder keeps in
+// every library (with shared arrays or none) and aligns to 16 bytes, so offsets are aligned where addresses are.
+extern "C" char __start_emu_shared[] __attribute__((visibility("hidden")));
+extern "C" char __stop_emu_shared[] __attribute__((visibility("hidden")));
+
+namespace emu {
+
+static char shared_placeholder[1] __attribute__((section("emu_shared"), used, aligned(16)));
+
+// An asm output operand ("=r", "=f"): a C++ lvalue of 32 bits, of whatever type, that the instruction writes.
+struct Reg {
+  void* p;
+  template <class T>
+  Reg(T& v) : p(&v) {  // NOLINT: implicit, so that a braced list of the operands makes their array
+    static_assert(sizeof(T) == 4 && !std::is_const_v<T>, "an asm output operand of 32 bits");
+  }
+  void set(uint32_t bits) const { std::memcpy(p, &bits, sizeof bits); }
+};
+
+// An asm input operand ("r", "f"): its 32 bits.
+template <class T>
+uint32_t bits(const T& v) {
+  static_assert(sizeof(T) == 4, "an asm input operand of 32 bits");
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+inline float as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The bf16 in the low or high half of a register, as float (exactly).
+inline float bf16_in(uint32_t reg, bool high) { return as_float(high ? reg & 0xffff0000u : reg << 16); }
+
+// Tensor-core instructions (`.sync.aligned`) take a whole warp.
+inline void whole_warp(const char* instruction) {
+  unsigned mask = warps[self->warp].mask;
+  if (mask != ~0u)
+    fail("%s in warp %u of %d threads: it takes a whole warp", instruction, self->warp, __builtin_popcount(mask));
+}
+
+// `bytes` of `__shared__` storage at offset `addr` (as `__cvta_generic_to_shared` gives it), aligned to `bytes`.
+inline const char* shared_at(uint32_t addr, size_t bytes, const char* what) {
+  size_t size = __stop_emu_shared - __start_emu_shared;
+  if (addr % bytes || addr + bytes > size)  // (in size_t: no wrap-around)
+    fail("%s at shared offset %#x: no %zu aligned bytes of the %zu of __shared__ storage", what, addr, bytes, size);
+  return __start_emu_shared + addr;
+}
+
+// ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {out}, [addr]: lanes 8r to 8r + 7 give the addresses of the 8
+// rows (8 b16, 16 bytes aligned) of matrix r < n, the other lanes' addresses are unused; register r of lane t gets row
+// t / 4 of matrix r at columns 2 (t % 4) and 2 (t % 4) + 1 (the first in its low half), of the transposed matrix with
+// `trans`. A lane reads its row when it reaches the instruction, as it posts its value to a shuffle.
+template <unsigned n>
+void ldmatrix(bool trans, uint32_t addr, const Reg (&out)[n], unsigned line = __builtin_LINE()) {
+  static_assert(n == 1 || n == 2 || n == 4);
+  whole_warp("ldmatrix");
+  struct Row {
+    uint16_t b16[8];
+  } mine = {};
+  unsigned t = self->lane;
+  if (t < 8 * n) std::memcpy(&mine, shared_at(addr, sizeof mine, "an ldmatrix row"), sizeof mine);
+  Posted<Row> rows = gather(~0u, mine, line);
+  for (unsigned r = 0; r < n; ++r) {
+    uint32_t lo, hi;
+    if (trans) {
+      lo = rows[8 * r + 2 * (t % 4)].b16[t / 4];
+      hi = rows[8 * r + 2 * (t % 4) + 1].b16[t / 4];
+    } else {
+      Row row = rows[8 * r + t / 4];
+      lo = row.b16[2 * (t % 4)];
+      hi = row.b16[2 * (t % 4) + 1];
+    }
+    out[r].set(lo | hi << 16);
+  }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {d}, {a}, {b}, {c}: D = A B + C for the warp's A (16 x 16,
+// bf16), B (16 x 8, bf16), C and D (16 x 8, f32) in the PTX ISA's fragments. With g = lane / 4 and q = lane % 4, a
+// lane holds A's rows g (a0, a2) and g + 8 (a1, a3) at k = 2q, 2q + 1 (a0, a1; in the low and high half) and
+// 2q + 8, 2q + 9 (a2, a3); B's column g at the same k (b0, b1); C's and D's rows g (c0, c1) and g + 8 (c2, c3) at
+// columns 2q, 2q + 1. An element of D is C's, then the 16 products in k order, summed in double (the products of
+// bf16 are exact there) and rounded once to float. C is read before D is written (TVM passes the same registers).
+inline void mma_m16n8k16_bf16(const Reg (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
+                              const uint32_t (&c)[4], unsigned line = __builtin_LINE()) {
+  whole_warp("mma");
+  struct Fragments {
+    uint32_t a[4], b[2];
+  };
+  Posted<Fragments> all = gather(~0u, Fragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, line);
+  unsigned g = self->lane / 4, q = self->lane % 4;
+  float A[2][16], B[2][16];  // this lane's rows of A (g, g + 8) and columns of B (2q, 2q + 1)
+  for (unsigned k = 0; k < 16; ++k) {
+    unsigned holder = k % 8 / 2;  // the lane holding k among the 4 of a row of A or a column of B
+    for (unsigned i = 0; i < 2; ++i) {
+      A[i][k] = bf16_in(all[4 * g + holder].a[i + 2 * (k / 8)], k % 2);
+      B[i][k] = bf16_in(all[4 * (2 * q + i) + holder].b[k / 8], k % 2);
+    }
+  }
+  for (unsigned e = 0; e < 4; ++e) {  // D's row g + 8 (e / 2), column 2q + e % 2
+    double sum = as_float(c[e]);
+    for (unsigned k = 0; k < 16; ++k) sum += double(A[e / 2][k]) * B[e % 2][k];
+    d[e].set(bits(float(sum)));
+  }
+}
+
+}  // namespace emu
+
+// The offset of `p` in `__shared__` storage, as CUDA's is in the shared window; of anything else (undefined in
+// CUDA) it stops the launch.
+inline size_t __cvta_generic_to_shared(const void* p) {
+  uintptr_t at = uintptr_t(p), start = uintptr_t(__start_emu_shared);
+  if (at < start || at >= uintptr_t(__stop_emu_shared))
+    emu::fail("__cvta_generic_to_shared(%p): no __shared__ storage", p);
+  return at - start;
 }

@@ -6,11 +6,13 @@ from the host function TVM's `SplitHostDevice` leaves (kernel names in launch or
 kernel argument is, grid and block extents). `launcher` compiles that source with `cuda_emu.h` (a CUDA shim whose
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
-other build: in place on host arrays, alias args bound to their state.
+other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
+models the instruction (`ldmatrix`, bf16 `mma`: `_rewrite_asm`); any other stops the build with `NotEmulated`.
 """
 
 from __future__ import annotations
 
+import codecs
 import ctypes
 import hashlib
 import os
@@ -39,6 +41,18 @@ CXX = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-fv
 SCALARS = {"int": ctypes.c_int32, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
 LAUNCHING = threading.Lock()  # the shim runs one launch at a time (its state and `__shared__` storage are static)
 KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\) \{')
+# What `_rewrite_asm` looks at: the asm keyword, and what it skips (comments, literals, preprocessor lines).
+ASM_OR_SKIPPED = re.compile(
+    r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|^[ \t]*#(?:[^\\\n]|\\.)*'
+    r"|\b(?:__asm__|__asm|asm)\b",
+    re.S | re.M,
+)
+ASM_CALL = re.compile(r"\b(?:__asm__|__asm|asm)\b[\s\w]*\(")  # an asm statement (in a macro too)
+ASM_QUALIFIERS = re.compile(r"(?:\s*\b(?:__volatile__|__volatile|volatile|inline|goto)\b)*\s*\(")
+LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+OPERAND = re.compile(r'\s*"([^"]*)"\s*(\(.*\))\s*', re.S)  # `"=r"(expression)`
+LDMATRIX = re.compile(r"ldmatrix\.sync\.aligned\.m8n8\.x([124])(\.trans)?\.shared(?:::cta)?\.b16")
+MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 
 class NotEmulated(Exception):
@@ -166,6 +180,7 @@ def _kernel_params(source: str) -> dict[str, list[str]]:
 
 def _library(source: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
     """`source` with a launcher per kernel, built against the shim (cached under `CACHE` by content)."""
+    source = _rewrite_asm(source)
     for name, types in kernels.items():
         call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
         source += f"\nEMU_LAUNCHER({name}, {call})\n"
@@ -177,6 +192,7 @@ def _library(source: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
         with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
             (Path(tmp) / "cuda.h").write_text(shim)
             (Path(tmp) / "cuda_bf16.h").write_text("#include <cuda.h>\n")  # the shim holds bf16 too
+            (Path(tmp) / "mma.h").write_text("#include <cuda.h>\n")  # and the inline PTX of tensor cores (no wmma)
             (Path(tmp) / "kernel.cc").write_text(source)
             built = subprocess.run(
                 [*CXX, "-I", tmp, "-o", f"{tmp}/kernel.so", f"{tmp}/kernel.cc"], capture_output=True, text=True
@@ -188,3 +204,110 @@ def _library(source: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
     for name in kernels:
         getattr(lib, f"emu_launch_{name}").restype = ctypes.c_char_p
     return lib
+
+
+def _rewrite_asm(source: str) -> str:
+    """`source` with each inline PTX statement that the shim models replaced by the shim's call (on the statement's
+    first line, the lines after it kept where they were); any other asm raises `NotEmulated` naming it."""
+    pieces, done, pos = [], 0, 0
+    while found := ASM_OR_SKIPPED.search(source, pos):
+        pos = found.end()
+        if found.group() not in ("__asm__", "__asm", "asm"):  # a comment, literal or preprocessor line
+            if found.group().lstrip().startswith("#") and ASM_CALL.search(found.group()):
+                raise NotEmulated(f"inline asm in a macro: {found.group().strip()!r}")
+            continue
+        end, call = _asm_statement(source, found.start(), found.end())
+        pieces += [source[done : found.start()], call, "\n" * source.count("\n", found.start(), end)]
+        done = pos = end
+    return "".join(pieces) + source[done:]
+
+
+def _asm_statement(source: str, start: int, keyword_end: int) -> tuple[int, str]:
+    """The end of the asm statement at `start` (`asm volatile("template" : outputs : inputs);`, its keyword ending
+    at `keyword_end`) and the shim's call doing what it does."""
+    head = ASM_QUALIFIERS.match(source, keyword_end)
+    close = _closing(source, head.end() - 1) if head else start
+    semicolon = re.compile(r"\s*;").match(source, close) if head else None
+    if not head or not semicolon:
+        raise NotEmulated(f"asm that is no statement: {source[start : start + 80]!r}")
+    template, *sections = _split_top(source[head.end() : close - 1], ":")
+    strings = LITERAL.findall(template)
+    if LITERAL.sub("", template).strip() or any(not s.startswith('"') for s in strings):
+        raise NotEmulated(f"asm whose template is no string: {template.strip()!r}")
+    ptx = codecs.decode("".join(s[1:-1] for s in strings), "unicode_escape")
+    name = re.match(r"\s*([\w.:]+)", ptx)
+    if not name:
+        raise NotEmulated(f"inline PTX {ptx.strip()[:80]!r}")
+    if len(sections) > 2 and (len(sections) > 3 or set(LITERAL.findall(sections[2])) - {'"memory"'}):
+        raise NotEmulated(f"{name[1]} with clobbers or labels {':'.join(sections[2:]).strip()!r}")
+    outputs, inputs = (_operands(s) for s in [*sections, "", ""][:2])
+    return semicolon.end(), _shim_call(name[1], "".join(ptx[name.end() :].split()), outputs, inputs)
+
+
+def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> str:
+    """The shim's call doing `instruction` with `operands` (its template's operand list, white space removed) on an
+    asm statement's outputs and inputs (constraint and parenthesised C++ expression each)."""
+    ldmatrix = LDMATRIX.fullmatch(instruction)
+    if ldmatrix:
+        n = int(ldmatrix[1])
+        expect = "{" + ",".join(f"%{i}" for i in range(n)) + f"}},[%{n}];", ["=r"] * n, ["r"]
+    elif instruction == MMA_BF16:
+        expect = "{%0,%1,%2,%3},{%4,%5,%6,%7},{%8,%9},{%10,%11,%12,%13};", ["=f"] * 4, ["r"] * 6 + ["f"] * 4
+    else:
+        raise NotEmulated(f"inline PTX {instruction!r} (the emulator models ldmatrix .m8n8 .b16 and {MMA_BF16})")
+    got = operands, [c for c, _ in outputs], [c for c, _ in inputs]
+    if got != expect:
+        raise NotEmulated(f"{instruction} with operands and constraints {got}, not {expect}")
+    out = ", ".join(e for _, e in outputs)  # lvalues, which the shim writes through `emu::Reg`
+    bits = [f"emu::bits{e}" for _, e in inputs]
+    if ldmatrix:
+        return f"emu::ldmatrix(/*trans=*/{'true' if ldmatrix[2] else 'false'}, {bits[0]}, {{{out}}});"
+    a, b, c = ", ".join(bits[:4]), ", ".join(bits[4:6]), ", ".join(bits[6:])
+    return f"emu::mma_m16n8k16_bf16({{{out}}}, {{{a}}}, {{{b}}}, {{{c}}});"
+
+
+def _operands(section: str) -> list[tuple[str, str]]:
+    """An asm statement's outputs or inputs: `"=r"(expression), ...` as (constraint, parenthesised expression)."""
+    operands = []
+    for text in _split_top(section, ",") if section.strip() else []:
+        operand = OPERAND.fullmatch(text)
+        if not operand or _closing(operand[2], 0) != len(operand[2]):
+            raise NotEmulated(f'asm operand {text.strip()!r}: not `"constraint"(expression)`')
+        operands.append((operand[1], operand[2]))
+    return operands
+
+
+def _split_top(text: str, separator: str) -> list[str]:
+    """`text` split at each `separator` outside brackets and literals."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if text[i] in "\"'":
+            i = _literal_end(text, i)
+            continue
+        if text[i] == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        depth += (text[i] in "([{") - (text[i] in ")]}")
+        i += 1
+    return [*parts, text[start:]]
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index past the bracket closing the one at `opening`, brackets in literals aside."""
+    depth, i = 0, opening
+    while i < len(text):
+        if text[i] in "\"'":
+            i = _literal_end(text, i)
+            continue
+        depth += (text[i] in "([{") - (text[i] in ")]}")
+        i += 1
+        if depth == 0:
+            return i
+    raise NotEmulated(f"unbalanced brackets: {text[opening : opening + 80]!r}")
+
+
+def _literal_end(text: str, start: int) -> int:
+    literal = LITERAL.match(text, start)
+    if not literal:
+        raise NotEmulated(f"an unterminated literal: {text[start : start + 80]!r}")
+    return literal.end()

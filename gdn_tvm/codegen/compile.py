@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.pipeline import default_s_tir_pipeline
 
@@ -12,6 +15,8 @@ from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.target import device_of
 
 IN_PLACE_PIPELINE = "gdn_tvm_in_place"
+WARP_PIPELINE = "gdn_tvm_warp_memory"
+MAX_WARP_BUFFERS = 16  # LowerWarpMemory rounds a module may need (one per warp buffer): a bound, not a guess
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="gdn_tvm.DropNoAlias")
@@ -33,9 +38,57 @@ def _in_place_pipeline(**kwargs):
 tirx.register_tir_pipeline(IN_PLACE_PIPELINE, _in_place_pipeline)
 
 
+@tvm.transform.module_pass(opt_level=0, name="gdn_tvm.LowerEveryWarpBuffer")
+def _lower_every_warp_buffer(mod, _ctx):
+    """TVM 0.27's LowerWarpMemory rewrites one warp buffer of a nest of allocations a run (the first; its
+    siblings keep their 32-lane size): run it until nothing changes."""
+    lower = tirx.transform.LowerWarpMemory()
+    for _ in range(MAX_WARP_BUFFERS):
+        lowered = lower(mod)
+        if tvm_ffi.structural_equal(lowered, mod):
+            return mod
+        mod = lowered
+    raise ValueError(f"more than {MAX_WARP_BUFFERS} warp buffers in one kernel")
+
+
+def _warp_pipeline(**kwargs):
+    pipeline, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
+
+    def device_passes():
+        return tvm.ir.transform.Sequential([_lower_every_warp_buffer, finalize_device()])
+
+    return pipeline, finalize_host, device_passes
+
+
+tirx.register_tir_pipeline(WARP_PIPELINE, _warp_pipeline)
+
+
+def uses_warp_memory(mod: tvm.IRModule) -> bool:
+    """True when a function of `mod` holds warp-scope buffers (tensor-core fragments): its kernels are built with
+    `WARP_PIPELINE` and without TIR's common-subexpression pass, whose let-bound indices LowerWarpMemory cannot
+    read."""
+    return any(
+        isinstance(f.body, s_tir.SBlockRealize) and any(b.scope() == "warp" for b in f.body.block.alloc_buffers)
+        for f in mod.functions.values()
+        if isinstance(f, tirx.PrimFunc)
+    )
+
+
 def is_in_place(mod: tvm.IRModule) -> bool:
     """True when a function of `mod` updates a state in place (marked by `Op.definition`)."""
     return any(bool(f.attrs and f.attrs.get(IN_PLACE_ATTR)) for f in mod.functions.values())
+
+
+def _without_cse() -> tvm.transform.PassContext:
+    """The current pass context with TIR's common-subexpression pass off."""
+    outer = tvm.transform.PassContext.current()
+    return tvm.transform.PassContext(
+        opt_level=outer.opt_level,
+        required_pass=list(outer.required_pass),
+        disabled_pass=list(outer.disabled_pass),
+        instruments=list(outer.instruments),
+        config={**outer.config, "tirx.disable_cse_tir": True},
+    )
 
 
 def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
@@ -44,8 +97,11 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
 
     A CUDA build without device code is refused: TVM compiles a function whose loops bind no GPU threads for the
     host, and calling it on device pointers segfaults (dlight leaves what no rule fits unscheduled)."""
-    pipeline = IN_PLACE_PIPELINE if is_in_place(mod) else "default"
-    with target:
+    warp = uses_warp_memory(mod)
+    if warp and is_in_place(mod):
+        raise ValueError("an in-place kernel with warp memory: no pipeline builds both")
+    pipeline = WARP_PIPELINE if warp else IN_PLACE_PIPELINE if is_in_place(mod) else "default"
+    with target, _without_cse() if warp else contextlib.nullcontext():
         ex = tvm.compile(mod, target=target, tir_pipeline=pipeline)
     if target.kind.name == "cuda" and not any(m.kind == "cuda" for m in ex.mod.imports):
         raise ValueError(

@@ -55,7 +55,9 @@ def make_gemv(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = Fal
     silu of the window . weight on conv rows, `proj` on the rest) and "store" (the window shifted left, the new
     input appended, into state_out) run per (lane, row); norm: blocks "sumsq" (per lane and head) and "normed"
     (the gated, normalised input) come before it; swiglu: it runs over (lane, row, gate/up) into a scratch
-    `gate_up` [B, N] (row n's gate sum at 2n, its up sum at 2n+1), then block "swiglu" writes y per (lane, row)."""
+    `gate_up` [2, B, N/2] (gate sums, then up sums), then block "swiglu" writes y per (lane, row) as the product
+    over the pair of `silu(gate)` and `up` (y = 1 * silu(gate) * up, the same rounding): every index into `gate_up`
+    a loop variable, as TVM 0.27's `reverse_compute_at` needs (a constant one fails its region match)."""
     B, W = cfg.batch, cfg.weight_dtype
     N, K = cfg.model.projections[proj]
     if norm:
@@ -143,17 +145,19 @@ def _gemv_swiglu(cfg: DecodeConfig, N: int, K: int):
     @T.prim_func(s_tir=True)
     def gemv_swiglu(w: T.Buffer((N, K), W), x: T.Buffer((B, K), "float32"), y: T.Buffer((B, half), "float32")):
         T.func_attr({"tirx.noalias": True})
-        gate_up = T.sblock_alloc_buffer((B, N), "float32")
+        gate_up = T.sblock_alloc_buffer((2, B, half), "float32")
         for b, n, j, k in T.grid(B, half, 2, K):
             with T.sblock("gemv"):
                 vb, vn, vj, vk = T.axis.remap("SSSR", [b, n, j, k])
                 with T.init():
-                    gate_up[vb, vn * 2 + vj] = T.float32(0)
-                gate_up[vb, vn * 2 + vj] = gate_up[vb, vn * 2 + vj] + x[vb, vk] * widened(w[vj * half + vn, vk])
-        for b, n in T.grid(B, half):
+                    gate_up[vj, vb, vn] = T.float32(0)
+                gate_up[vj, vb, vn] = gate_up[vj, vb, vn] + x[vb, vk] * widened(w[vj * half + vn, vk])
+        for b, n, j in T.grid(B, half, 2):  # silu(gate) * up as a product over the pair (see the docstring)
             with T.sblock("swiglu"):
-                vb, vn = T.axis.remap("SS", [b, n])
-                y[vb, vn] = silu(gate_up[vb, vn * 2]) * gate_up[vb, vn * 2 + 1]
+                vb, vn, vj = T.axis.remap("SSR", [b, n, j])
+                with T.init():
+                    y[vb, vn] = T.float32(1)
+                y[vb, vn] = y[vb, vn] * T.if_then_else(vj == 0, silu(gate_up[vj, vb, vn]), gate_up[vj, vb, vn])
 
     return gemv_swiglu
 

@@ -1,10 +1,10 @@
 """The search space of a workload: the hand schedule over its whole knob grid AND MetaSchedule's default rules.
 
 A schedule module may export `KNOBS` (for its `cuda` function) and `LLVM_KNOBS` (for `llvm`): dicts of knob
-name -> tuple of values. Every combination of the grid, plus the defaults, is one hand design; combinations the
-hand schedule rejects for this shape, or that repeat an earlier design, are dropped and counted. The grids are
-small (at most a few dozen), so the driver measures every design directly rather than sampling them; the
-evolutionary search over `PostOrderApply` then starts from the best of them.
+name -> tuple of values, or tuples of such dicts (the union of their grids). Every combination of a grid, plus the
+defaults, is one hand design; combinations the hand schedule rejects for this shape, or that repeat an earlier
+design, are dropped and counted. The grids are small (at most a few dozen), so the driver measures every design
+directly rather than sampling them; the evolutionary search over `PostOrderApply` then starts from the best of them.
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ REJECTED = (s_tir.ScheduleError, ValueError, AssertionError)
 
 
 def knob_grid(op: Op, kind: str) -> list[dict[str, object]]:
-    """The defaults (`{}`) followed by every combination of `op`'s schedule-module grid for target kind `kind`."""
-    grid = op.knobs.get(kind, {})
-    combos = itertools.product(*grid.values()) if grid else ()
-    return [{}] + [dict(zip(grid, values, strict=True)) for values in combos]
+    """The defaults (`{}`) followed by every combination of `op`'s schedule-module grid for target kind `kind` (of
+    each grid in turn, where the module gives a tuple of them)."""
+    grids = op.knobs.get(kind, {})
+    combos: list[dict[str, object]] = [{}]
+    for grid in grids if isinstance(grids, tuple) else (grids,):
+        combos += [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())] if grid else []
+    return combos
 
 
 def apply_hand(w: Workload, sch: s_tir.Schedule, **knobs) -> None:

@@ -1,0 +1,138 @@
+"""Batched bf16 GEMVs on tensor cores (`schedules/mma.py`, `schedules/gemv.py`): when the default takes them, the
+generated CUDA (`mma.sync` bf16, `ldmatrix`, fragments in registers), its numerics on the CPU emulator against the
+float64 reference (x split into bf16 hi + lo keeps float32 accuracy), and the layout rules."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+from conftest import check_kernel_against_reference
+from cuda_emu import emulated, lower
+from gdn_tvm.schedules import mma
+from gdn_tvm.schedules.gemv import tensor_core_layout, uses_tensor_cores
+from tvm.support import nvcc
+
+from gdn_tvm.codegen.compile import compile_op
+from gdn_tvm.config import DecodeConfig, preset
+from gdn_tvm.registry import OPS
+from gdn_tvm.target import cuda, gpu_present
+
+SWIGLU = "gemv_gate_up_proj_swiglu"
+
+
+def _cfg(batch: int, weight_dtype: str = "bfloat16", model: str = "qwen3.5-0.8b") -> DecodeConfig:
+    return DecodeConfig(preset(model), batch=batch, weight_dtype=weight_dtype)
+
+
+@pytest.mark.parametrize(
+    "proj, batch, dtype, conv, norm, expected",
+    [
+        ("in_proj_qkv", 32, "bfloat16", False, False, True),
+        ("down_proj", 16, "bfloat16", False, False, True),
+        ("in_proj_qkv", 32, "float32", False, False, False),  # float32 weights: CUDA cores
+        ("in_proj_qkv", 8, "bfloat16", False, False, False),  # fewer than 16 lanes
+        ("in_proj_qkv", 24, "bfloat16", False, False, False),  # not whole 16-lane tiles
+        ("in_proj_qkv", 32, "bfloat16", True, False, False),  # the conv epilogue
+        ("out_proj", 32, "bfloat16", False, True, False),  # the norm prologue
+    ],
+)
+def test_tensor_cores_are_the_default_for_bf16_lanes_in_16s(proj, batch, dtype, conv, norm, expected):
+    assert uses_tensor_cores(_cfg(batch, dtype), proj, conv, norm) == expected
+
+
+@pytest.mark.parametrize("name", ["gemv_in_proj_qkv", SWIGLU])
+def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name):
+    """One launch; bf16 `mma.sync` and `ldmatrix` in it; every warp buffer lowered to per-thread registers (8
+    elements a 16 x 16 tile, not the 32-lane tile), x and w staged with 16-byte loads; nvcc builds it for sm_90."""
+    cfg = _cfg(32)
+    b_tiles, warps_m, m_frags, warps_n, n_frags, _ = tensor_core_layout(
+        cfg, name[5:].removesuffix("_swiglu"), "swiglu" in name
+    )
+    source, launches = lower(OPS[name].schedule(cfg, "cuda").mod)
+    assert len(launches) == 1 and launches[0].block == (32, warps_m * warps_n, 1)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in source
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
+    fragments = dict(re.findall(r"alignas\(64\) (?:float|nv_bfloat16) (\w+_warp_ptr)\[(\d+)\];", source))
+    assert fragments == {
+        "x_shared_warp_ptr": str(8 * m_frags),
+        "w_shared_warp_ptr": str(8 * n_frags),
+        ("gate_up_warp_ptr" if name == SWIGLU else "y_warp_ptr"): str(8 * m_frags * n_frags),
+    }
+    assert re.search(r"\*\(uint4\*\)\(w_ptr \+", source) and re.search(r"\*\(float4\*\)\(x_ptr \+", source)
+    if shutil.which("nvcc"):
+        with cuda():
+            assert b".target sm_90" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
+
+
+EMULATED = {  # (op, batch, knobs): the defaults, several k steps and B tiles, warps over B and N
+    "qkv-B16": ("gemv_in_proj_qkv", 16, {}),
+    "down-B32": ("gemv_down_proj", 32, {}),
+    "z-B64-warps": ("gemv_in_proj_z", 64, {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2}),
+    "swiglu-B32": (SWIGLU, 32, {}),
+    "swiglu-B48-warps": (SWIGLU, 48, {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
+}
+
+
+@pytest.mark.parametrize("case", EMULATED)
+def test_tensor_core_kernel_matches_reference(case, rng):
+    """The emulated kernel within the bf16 tolerance of the float64 reference on float32 activations (the hi + lo
+    split keeps ~1e-5; rounding x to bf16 alone would not pass)."""
+    name, batch, knobs = EMULATED[case]
+    op, cfg = OPS[name], _cfg(batch)
+    kernel = emulated(op, cfg, *lower(op.schedule(cfg, "cuda", **knobs).mod))
+    check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+@pytest.mark.parametrize(
+    "batch, dtype, knobs, message",
+    [
+        (32, "float32", {}, "bf16 weights"),
+        (24, "bfloat16", {}, "lanes in 16s"),
+        (32, "bfloat16", {"m_frags": 4}, "do not divide"),  # 2 m tiles
+        (32, "bfloat16", {"warps_n": 4, "n_frags": 4, "k_tiles": 3}, "do not divide"),
+    ],
+)
+def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, message):
+    with pytest.raises(ValueError, match=message):
+        tensor_core_layout(_cfg(batch, dtype), "in_proj_qkv", **knobs)
+
+
+def test_tensor_core_layout_fills_the_gpu_and_shared_memory():
+    """Defaults: every lane in one CTA while x's chunk fits (B = 256: two B tiles), the most rows a CTA that leave a
+    CTA for every SM."""
+    assert tensor_core_layout(_cfg(32, model="qwen3.5-4b"), "gate_up_proj", swiglu=True) == (1, 1, 2, 4, 1, 4)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "in_proj_qkv") == (1, 2, 4, 2, 1, 4)
+    assert tensor_core_layout(_cfg(32, model="qwen3.5-4b"), "down_proj") == (1, 1, 2, 1, 1, 4)  # 160 CTAs
+    b_tiles, warps_m, m_frags, *_ = tensor_core_layout(_cfg(256, model="qwen3.5-4b"), "down_proj")
+    assert b_tiles * warps_m * m_frags * mma.TILE == 256 and b_tiles > 1
+
+
+def test_split_keeps_float32_accuracy(rng):
+    """The hi + lo split the x fragments take, in numpy: |x - hi - lo| <= 2^-16 |x| (16 significand bits), where
+    bf16 alone is off by up to 2^-9."""
+    x = (rng.standard_normal(100_000) * 10.0 ** rng.integers(-8, 8, 100_000)).astype(np.float32)
+
+    def bf16(v: np.ndarray) -> np.ndarray:
+        u = v.view(np.uint32)
+        return ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+
+    hi = bf16(x)
+    lo = bf16(x - hi)
+    assert np.all(np.abs(x.astype(np.float64) - hi - lo) <= 2.0**-16 * np.abs(x))
+    assert np.max(np.abs(x - hi) / np.abs(x)) > 2.0**-10
+
+
+GPU_CASES = [(name, batch) for name in ("gemv_in_proj_qkv", "gemv_down_proj", SWIGLU) for batch in (16, 32, 128, 256)]
+GPU_CASES += [("gemv_lm_head", 32)]  # its float64 reference is the slow part
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")
+@pytest.mark.parametrize("model", ["qwen3.5-0.8b", "qwen3.5-4b"])
+@pytest.mark.parametrize(("name", "batch"), GPU_CASES)
+def test_tensor_core_gemv_on_gpu(name, batch, model, rng):
+    op, cfg = OPS[name], _cfg(batch, model=model)
+    check_kernel_against_reference(op, cfg, compile_op(op, cfg, cuda()), rng)
