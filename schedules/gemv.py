@@ -22,8 +22,13 @@ MANY_LANES = 8  # from this many lanes on, each weight element feeds enough mult
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
 
-# bf16 weights and whole 16-lane tiles from this many lanes on: tensor cores (`mma.sync`), not float32 FMAs.
-TENSOR_CORE_LANES = 16
+# Tensor cores (`mma.sync`) for bf16 weights and whole 16-lane tiles: from TENSOR_CORE_LANES lanes, or from 16 on
+# projections of at least TENSOR_CORE_ROWS rows (the LM head). qwen3.5-4b on the H200
+# (benchmarks/results/h200_sweeps_tensor_cores.jsonl): at B = 128 they beat the CUDA-core design on every GEMV
+# (1.0-3.9x); at B = 32 only on the LM head (3.3x), the others losing up to 2.6x (too few warps in flight).
+TENSOR_CORE_LANES = 128
+TENSOR_CORE_ROWS = 65536
+MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the LM head: 1.1x); else 1 (1.1-1.5x)
 SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
 
 # The knob grids a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times: CUDA cores, then tensor
@@ -191,12 +196,12 @@ def cuda(
 def uses_tensor_cores(
     cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, swiglu: bool = False
 ) -> bool:
-    """The default: tensor cores for bf16 weights, whole 16-lane tiles from `TENSOR_CORE_LANES` lanes and whole
-    16 x 16 tiles of w, no conv or norm stage (those variants run at B = 1)."""
+    """The default: tensor cores for bf16 weights, whole 16-lane tiles from `TENSOR_CORE_LANES` lanes (from 16 at
+    `TENSOR_CORE_ROWS` rows) and whole 16 x 16 tiles of w, no conv or norm stage (those variants run at B = 1)."""
     n_rows, n_cols = cfg.model.projections[proj]
     return (
         cfg.weight_dtype == "bfloat16"
-        and cfg.batch >= TENSOR_CORE_LANES
+        and cfg.batch >= (mma.TILE if n_rows >= TENSOR_CORE_ROWS else TENSOR_CORE_LANES)
         and cfg.batch % mma.TILE == 0
         and n_rows // (2 if swiglu else 1) % mma.TILE == 0
         and n_cols % mma.TILE == 0
@@ -218,9 +223,9 @@ def tensor_core_layout(
 
     A CTA covers `B / b_tiles` lanes (`warps_m * m_frags` 16-lane tiles) and `warps_n * n_frags` 16-row tiles of w
     (SwiGLU: output rows, each a gate and an up row), staging `k_tiles * 16` columns of x and w a step in shared
-    memory. Defaults: 4 m tiles a warp, 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still
-    give every SM a CTA; the fewest B tiles whose chunks fit `SMEM_LIMIT` (every lane in one CTA where they do,
-    so each weight byte is read once).
+    memory. Defaults: 1 m tile a warp (4 from `MANY_ROW_TILES` row tiles), 4 k tiles a step; the most rows a
+    CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the fewest B tiles whose chunks fit
+    `SMEM_LIMIT` (every lane in one CTA where they do, so each weight byte is read once).
     """
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
@@ -230,7 +235,7 @@ def tensor_core_layout(
         raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
     k_tiles = k_tiles or _divisor_at_most(k_all, 4)
-    m_frags = m_frags or min(4, m_tiles)
+    m_frags = m_frags or (min(4, m_tiles) if n_tiles >= MANY_ROW_TILES else 1)
     if m_tiles % m_frags or k_all % k_tiles:
         raise ValueError(f"{proj}: {m_frags} m tiles a warp, {k_tiles} k tiles a step do not divide the shape")
     shapes = [(w, f) for w in (4, 2, 1) for f in (2, 1) if n_tiles % (w * f) == 0]

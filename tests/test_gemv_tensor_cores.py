@@ -23,6 +23,9 @@ from gdn_tvm.target import cuda, gpu_present
 SWIGLU = "gemv_gate_up_proj_swiglu"
 
 
+TC = {"tensor_cores": True}
+
+
 def _cfg(batch: int, weight_dtype: str = "bfloat16", model: str = "qwen3.5-0.8b") -> DecodeConfig:
     return DecodeConfig(preset(model), batch=batch, weight_dtype=weight_dtype)
 
@@ -30,13 +33,15 @@ def _cfg(batch: int, weight_dtype: str = "bfloat16", model: str = "qwen3.5-0.8b"
 @pytest.mark.parametrize(
     "proj, batch, dtype, conv, norm, expected",
     [
-        ("in_proj_qkv", 32, "bfloat16", False, False, True),
-        ("down_proj", 16, "bfloat16", False, False, True),
-        ("in_proj_qkv", 32, "float32", False, False, False),  # float32 weights: CUDA cores
-        ("in_proj_qkv", 8, "bfloat16", False, False, False),  # fewer than 16 lanes
-        ("in_proj_qkv", 24, "bfloat16", False, False, False),  # not whole 16-lane tiles
-        ("in_proj_qkv", 32, "bfloat16", True, False, False),  # the conv epilogue
-        ("out_proj", 32, "bfloat16", False, True, False),  # the norm prologue
+        ("in_proj_qkv", 128, "bfloat16", False, False, True),
+        ("down_proj", 256, "bfloat16", False, False, True),
+        ("lm_head", 16, "bfloat16", False, False, True),  # 248,320 rows: from 16 lanes
+        ("in_proj_qkv", 32, "bfloat16", False, False, False),  # CUDA cores measured faster at B = 32
+        ("in_proj_qkv", 128, "float32", False, False, False),  # float32 weights: CUDA cores
+        ("lm_head", 8, "bfloat16", False, False, False),  # fewer than 16 lanes
+        ("lm_head", 24, "bfloat16", False, False, False),  # not whole 16-lane tiles
+        ("in_proj_qkv", 128, "bfloat16", True, False, False),  # the conv epilogue
+        ("out_proj", 128, "bfloat16", False, True, False),  # the norm prologue
     ],
 )
 def test_tensor_cores_are_the_default_for_bf16_lanes_in_16s(proj, batch, dtype, conv, norm, expected):
@@ -51,7 +56,7 @@ def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name):
     b_tiles, warps_m, m_frags, warps_n, n_frags, _ = tensor_core_layout(
         cfg, name[5:].removesuffix("_swiglu"), "swiglu" in name
     )
-    source, launches = lower(OPS[name].schedule(cfg, "cuda").mod)
+    source, launches = lower(OPS[name].schedule(cfg, "cuda", **TC).mod)
     assert len(launches) == 1 and launches[0].block == (32, warps_m * warps_n, 1)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in source
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
@@ -67,12 +72,12 @@ def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name):
             assert b".target sm_90" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
 
 
-EMULATED = {  # (op, batch, knobs): the defaults, several k steps and B tiles, warps over B and N
-    "qkv-B16": ("gemv_in_proj_qkv", 16, {}),
-    "down-B32": ("gemv_down_proj", 32, {}),
-    "z-B64-warps": ("gemv_in_proj_z", 64, {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2}),
-    "swiglu-B32": (SWIGLU, 32, {}),
-    "swiglu-B48-warps": (SWIGLU, 48, {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
+EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B tiles, warps over B and N
+    "qkv-B16": ("gemv_in_proj_qkv", 16, TC),
+    "down-B32-4-lane-tiles": ("gemv_down_proj", 32, TC | {"m_frags": 2}),
+    "z-B64-warps": ("gemv_in_proj_z", 64, TC | {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2}),
+    "swiglu-B32": (SWIGLU, 32, TC),
+    "swiglu-B48-warps": (SWIGLU, 48, TC | {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
 }
 
 
@@ -101,11 +106,12 @@ def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, mes
 
 
 def test_tensor_core_layout_fills_the_gpu_and_shared_memory():
-    """Defaults: every lane in one CTA while x's chunk fits (B = 256: two B tiles), the most rows a CTA that leave a
-    CTA for every SM."""
-    assert tensor_core_layout(_cfg(32, model="qwen3.5-4b"), "gate_up_proj", swiglu=True) == (1, 1, 2, 4, 1, 4)
-    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "in_proj_qkv") == (1, 2, 4, 2, 1, 4)
-    assert tensor_core_layout(_cfg(32, model="qwen3.5-4b"), "down_proj") == (1, 1, 2, 1, 1, 4)  # 160 CTAs
+    """Defaults: the most rows a CTA that leave a CTA for every SM, then the fewest B tiles whose chunks fit shared
+    memory; 1 lane tile a warp, 4 on the LM head."""
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "gate_up_proj", swiglu=True) == (4, 2, 1, 4, 1, 4)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "in_proj_qkv") == (2, 4, 1, 2, 1, 4)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "down_proj") == (1, 8, 1, 1, 1, 4)  # 160 CTAs
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "lm_head") == (2, 1, 4, 4, 2, 4)  # 4 lane tiles a warp
     b_tiles, warps_m, m_frags, *_ = tensor_core_layout(_cfg(256, model="qwen3.5-4b"), "down_proj")
     assert b_tiles * warps_m * m_frags * mma.TILE == 256 and b_tiles > 1
 
@@ -135,4 +141,4 @@ GPU_CASES += [("gemv_lm_head", 32)]  # its float64 reference is the slow part
 @pytest.mark.parametrize(("name", "batch"), GPU_CASES)
 def test_tensor_core_gemv_on_gpu(name, batch, model, rng):
     op, cfg = OPS[name], _cfg(batch, model=model)
-    check_kernel_against_reference(op, cfg, compile_op(op, cfg, cuda()), rng)
+    check_kernel_against_reference(op, cfg, compile_op(op, cfg, cuda(), **TC), rng)
