@@ -75,11 +75,13 @@ def _x_slot(shared, t, s):
     return T.if_then_else(s < 4, _pair(hi0, hi1), _pair(lo0, lo1))
 
 
-def _load_x():
+def _load_desc(dtype: str):
+    """What a fragment load does: a 16 x 16 `dtype` tile of shared memory into a warp's fragment."""
+
     @T.prim_func(s_tir=True)
     def desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
-        shared = T.match_buffer(shared_handle, (TILE, TILE), "float32", offset_factor=1, scope="shared")
-        warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
+        shared = T.match_buffer(shared_handle, (TILE, TILE), dtype, offset_factor=1, scope="shared")
+        warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), dtype, offset_factor=1, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:TILE, 0:TILE])
             T.writes(warp[0:WARP, 0:PER_THREAD])
@@ -89,6 +91,10 @@ def _load_x():
                     t, s = T.meta_var(fragment(vi, vj))
                     warp[t, s] = shared[vi, vj]
 
+    return desc
+
+
+def _load_x():
     @T.prim_func(s_tir=True)
     def impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0, s1 = T.int32(), T.int32()
@@ -103,23 +109,10 @@ def _load_x():
                 for s in T.serial(PER_THREAD):  # one store per slot: LowerWarpMemory reads `t * 8 + s`
                     warp[t, s] = _x_slot(shared, t, s)
 
-    return desc, impl
+    return _load_desc("float32"), impl
 
 
 def _load_w():
-    @T.prim_func(s_tir=True)
-    def desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
-        shared = T.match_buffer(shared_handle, (TILE, TILE), "bfloat16", offset_factor=1, scope="shared")
-        warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), "bfloat16", offset_factor=1, scope="warp")
-        with T.sblock("root"):
-            T.reads(shared[0:TILE, 0:TILE])
-            T.writes(warp[0:WARP, 0:PER_THREAD])
-            for i, j in T.grid(TILE, TILE):
-                with T.sblock("load"):
-                    vi, vj = T.axis.remap("SS", [i, j])
-                    t, s = T.meta_var(fragment(vi, vj))
-                    warp[t, s] = shared[vi, vj]
-
     @T.prim_func(s_tir=True)
     def impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0, s1 = T.int32(), T.int32()
@@ -146,7 +139,7 @@ def _load_w():
                     )
                 )
 
-    return desc, impl
+    return _load_desc("bfloat16"), impl
 
 
 def _mma_sync(A, B, C, t, half: int, part: int):

@@ -72,7 +72,7 @@ SWIGLU_KNOBS = {  # (batch, cuda knobs): rows count gate/up pairs
     "B1-rows1": (1, {"rows": 1, "threads_per_row": 128}),
     "B3-chunks": (3, {"rows": 4, "threads_per_row": 64, "smem_bytes": 4096}),
     "B17-predicated": (17, {"batch_tile": 6, "rows_per_thread": 2, "rows": 4}),
-    "B32": (32, {"tensor_cores": False}),  # bf16 B = 32 runs on tensor cores by default (test_gemv_tensor_cores)
+    "B32": (32, {"tensor_cores": False}),  # the CUDA-core design (tensor cores: test_gemv_tensor_cores)
 }
 
 
