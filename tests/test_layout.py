@@ -23,7 +23,8 @@ LAYERS = (
 )
 RUNTIME_NEEDS = {"config", "naming", "signature", "plan", "runtime"}  # what a process without the TVM compiler imports
 TWINS = ("gdn_tvm/ops", "gdn_tvm/reference", "schedules")
-SHARED = {"__init__", "common", "activations", "decode_step"}  # helpers of a folder's ops, the whole-step reference
+SHARED = {"__init__", "common", "activations", "decode_step", "mma"}  # helpers of a folder's ops (mma: tensor-core
+# intrinsics), the whole-step reference
 
 
 def _part(path: Path) -> str:

@@ -133,7 +133,7 @@ def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tir
     try:
         with target:
             func = dl.ApplyDefaultSchedule(*rules)(tvm.IRModule({"main": op.definition(cfg)}))["main"]
-    except AssertionError as err:  # a rule's own analysis (GEMV's epilogue check on the SwiGLU GEMV at B = 1)
+    except AssertionError as err:  # a rule's own analysis (GEMV's epilogue check)
         raise ValueError(f"{op.name}: a dlight rule failed an assertion: {err}") from None
     if not (func.attrs and func.attrs.get("tirx.is_scheduled")):
         raise ValueError(f"{op.name}: no dlight rule applies")
