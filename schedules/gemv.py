@@ -29,6 +29,11 @@ WIDE_ROWS = 16
 TENSOR_CORE_LANES = 128
 TENSOR_CORE_ROWS = 65536
 MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the LM head: 1.1x); else 1 (1.1-1.5x)
+# k chunks in flight a CTA (`cp.async` copies of the next while the warps multiply this one): 2, or 1 from
+# MANY_ROW_TILES row tiles. H200, qwen3.5-4b B=128 (h200_ops_bf16_pipelined.json): 2 stages took qkv 161 -> 151 us,
+# down 317 -> 230, gate|up 394 -> 311, out_proj 142 -> 105; on the LM head the second buffer leaves room for half
+# the rows a CTA, so x is read twice as often: 1,928 -> 3,691 us (587 -> 910 at B=32).
+STAGES = 2
 SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
 
 # The knob grids a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times: CUDA cores, then tensor
@@ -47,6 +52,7 @@ KNOBS = (
         "n_frags": (1, 2, 4),
         "m_frags": (1, 2, 4),
         "k_tiles": (2, 4),
+        "stages": (1, 2, 3),
     },
 )
 
@@ -103,6 +109,7 @@ def cuda(
     n_frags: int | None = None,
     m_frags: int | None = None,
     k_tiles: int | None = None,
+    stages: int | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
     """Tensor cores where `uses_tensor_cores` (or `tensor_cores=True`): see `_cuda_tensor_cores`. Otherwise:
@@ -129,7 +136,7 @@ def cuda(
     if tensor_cores:
         if conv or norm:
             raise ValueError("tensor cores: the conv and norm variants run on CUDA cores")
-        layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, gpu)
+        layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, gpu)
         return _cuda_tensor_cores(sch, swiglu, *layout)
     vector = vector or per_load(cfg.weight_dtype)
     layout = cuda_layout(
@@ -217,15 +224,17 @@ def tensor_core_layout(
     n_frags: int | None = None,
     m_frags: int | None = None,
     k_tiles: int | None = None,
+    stages: int | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
-) -> tuple[int, int, int, int, int, int]:
-    """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles)` of the tensor-core schedule.
+) -> tuple[int, int, int, int, int, int, int]:
+    """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles, stages)` of the tensor-core schedule.
 
     A CTA covers `B / b_tiles` lanes (`warps_m * m_frags` 16-lane tiles) and `warps_n * n_frags` 16-row tiles of w
     (SwiGLU: output rows, each a gate and an up row), staging `k_tiles * 16` columns of x and w a step in shared
-    memory. Defaults: 1 m tile a warp (4 from `MANY_ROW_TILES` row tiles), 4 k tiles a step; the most rows a
-    CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the fewest B tiles whose chunks fit
-    `SMEM_LIMIT` (every lane in one CTA where they do, so each weight byte is read once).
+    memory, `stages` steps in flight. Defaults: 1 m tile a warp and `STAGES` stages (4 and 1 from `MANY_ROW_TILES`
+    row tiles), 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the
+    fewest B tiles whose chunks fit `SMEM_LIMIT` (every lane in one CTA where they do, so each weight byte is read
+    once).
     """
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
@@ -235,6 +244,7 @@ def tensor_core_layout(
         raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
     k_tiles = k_tiles or _divisor_at_most(k_all, 4)
+    stages = stages or (1 if n_tiles >= MANY_ROW_TILES else STAGES)
     m_frags = m_frags or (min(4, m_tiles) if n_tiles >= MANY_ROW_TILES else 1)
     if m_tiles % m_frags or k_all % k_tiles:
         raise ValueError(f"{proj}: {m_frags} m tiles a warp, {k_tiles} k tiles a step do not divide the shape")
@@ -257,10 +267,12 @@ def tensor_core_layout(
         for b_tiles in (d for d in range(1, per_warp + 1) if per_warp % d == 0):
             warps_m = per_warp // b_tiles
             lanes, rows = cfg.batch // b_tiles, w_n * f_n * mma.TILE
-            smem = lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2 + (2 * lanes * rows * 4 if swiglu else 0)
-            if warps_m * w_n <= 8 and smem <= SMEM_LIMIT:
-                return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles
-    raise ValueError(f"{proj}: no B tiling of {m_frags} m tiles a warp fits {SMEM_LIMIT} bytes of shared memory")
+            chunks = stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2)
+            if warps_m * w_n <= 8 and chunks + (2 * lanes * rows * 4 if swiglu else 0) <= SMEM_LIMIT:
+                return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles, stages
+    raise ValueError(
+        f"{proj}: no B tiling of {m_frags} m tiles a warp, {stages} stages fits {SMEM_LIMIT} bytes of shared memory"
+    )
 
 
 def _cuda_tensor_cores(
@@ -272,12 +284,15 @@ def _cuda_tensor_cores(
     warps_n: int,
     n_frags: int,
     k_tiles: int,
+    stages: int,
 ) -> None:
     """`mma.sync` on 16 x 16 x 16 tiles (`schedules/mma.py`: x split into bf16 hi + lo, float32 accumulate).
 
     CTAs over (row tiles, B tiles), B tiles of the same rows neighbours; warps over (B, rows). Each k step the CTA
     stages its lanes' x chunk (float32) and its rows' w chunk (bf16) in padded shared memory with 16-byte loads,
-    then each warp loads its x fragments (splitting them), its w fragments (ldmatrix) and issues the mma's.
+    then each warp loads its x fragments (splitting them), its w fragments (ldmatrix) and issues the mma's. With
+    `stages` > 1 the k steps are a software pipeline: the chunks of the next `stages - 1` steps are in flight
+    (`cp.async`, one buffer a stage) while the warps multiply this one.
     Accumulators stay in registers: y is stored from them; SwiGLU's gate and up sums (the gate/up loop outside the
     k steps) go to shared memory, then the CTA's threads write `silu(gate) * up`.
     """
@@ -320,6 +335,10 @@ def _cuda_tensor_cores(
     jo, ji = sch.split(j, factors=[None, mma.TILE])
     sch.reorder(io, jo, ii, ji)
     sch.decompose_reduction(tile, k0)
+    if stages > 1:  # k0's body: the x copy, the w copy, the k1 loop of fragment loads and mma's
+        sch.annotate(k0, "software_pipeline_stage", [0, 0, stages - 1])
+        sch.annotate(k0, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(k0, "software_pipeline_async_stages", [0])
     loads = [_tile_loop(sch, fragment) for fragment in fragments]
     for fragment in (*fragments, acc):
         sch.transform_layout(fragment, ("read", 0) if fragment == acc else ("write", 0), mma.index_map)

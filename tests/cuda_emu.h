@@ -15,6 +15,8 @@
 // `emu::mma_m16n8k16_bf16` below: warp collectives like the shuffles, whose lanes post their part (a matrix row, their
 // A and B registers) and read the others' behind one warp barrier. `__shared__` storage is a section of the library
 // (`emu_shared`), so `__cvta_generic_to_shared` gives an offset into it as CUDA gives one into the shared window.
+// `cp.async` (the copies of a software pipeline's async stages) becomes `emu::cp_async` and its group calls: a copy
+// lands in shared memory at the `wait_group` that must have landed it, so a read it does not order sees stale data.
 //
 // Not modelled: concurrent blocks (no inter-block races), uninitialised shared memory (it holds the last block's
 // values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`; `mma` sums its
@@ -150,6 +152,19 @@ inline void (*body)(void**);
 inline void** body_args;
 inline char error[256];
 
+// A thread's `cp.async` copies not landed yet (see `cp_async` below).
+struct AsyncCopy {
+  uint32_t dst;
+  const void* src;
+  unsigned bytes, group;
+};
+constexpr unsigned kMaxCopies = 64;  // pending in a thread
+struct AsyncCopies {
+  AsyncCopy copy[kMaxCopies];
+  unsigned n, committed;
+};
+inline AsyncCopies async_copies[kMaxThreads];
+
 // Stop the launch: say why and return to the scheduler for good (the fibers hold no resources).
 template <class... A>
 [[noreturn]] void fail(const char* format, A... args) {
@@ -216,8 +231,11 @@ T exchange(unsigned mask, T v, unsigned src, unsigned line) {
   return gather(mask, v, line)[src];
 }
 
+inline void land_pending_copies();
+
 inline void entry() {
   body(body_args);
+  land_pending_copies();
   self->done = true;
   idle = 0;
   if (--alive == 0) setcontext(&scheduler);
@@ -257,6 +275,7 @@ inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims
       makecontext(&t.context, entry, 0);
       t.parity = 0;
       t.done = false;
+      async_copies[i].n = async_copies[i].committed = 0;
     }
     alive = n_threads;
     idle = 0;
@@ -358,7 +377,42 @@ inline const char* shared_at(uint32_t addr, size_t bytes, const char* what) {
   size_t size = __stop_emu_shared - __start_emu_shared;
   if (addr % bytes || addr + bytes > size)  // (in size_t: no wrap-around)
     fail("%s at shared offset %#x: no %zu aligned bytes of the %zu of __shared__ storage", what, addr, bytes, size);
-  return __start_emu_shared + addr;
+  char* at = __start_emu_shared + addr;
+  asm("" : "+r"(at));  // hide where `at` came from: g++ must assume it may point into any `__shared__` array
+  return at;
+}
+
+// cp.async.{ca,cg}.shared.global [dst], [src], bytes: a copy the thread starts now and that lands later. Its copies
+// since its last commit_group are its next group; wait_group n lands its groups but the newest n (in CUDA they may
+// land earlier; landing them as late as allowed makes a read that no wait orders after its copy see stale data). A
+// thread's pending copies land when it ends.
+inline void cp_async(uint32_t dst, const void* src, unsigned bytes) {
+  AsyncCopies& mine = async_copies[self - threads];
+  if (mine.n == kMaxCopies) fail("more than %u cp.async copies pending in a thread", kMaxCopies);
+  if (bytes != 4 && bytes != 8 && bytes != 16) fail("cp.async of %u bytes (4, 8 or 16)", bytes);
+  shared_at(dst, bytes, "a cp.async destination");
+  mine.copy[mine.n++] = {dst, src, bytes, mine.committed};
+}
+
+inline void cp_async_commit_group() { ++async_copies[self - threads].committed; }
+
+// Land the caller's copies of committed groups but the newest `newest`.
+inline void cp_async_wait_group(unsigned newest) {
+  AsyncCopies& mine = async_copies[self - threads];
+  unsigned kept = 0;
+  for (unsigned i = 0; i < mine.n; ++i) {
+    const AsyncCopy& c = mine.copy[i];
+    if (c.group + newest < mine.committed)
+      std::memcpy(const_cast<char*>(shared_at(c.dst, c.bytes, "a cp.async destination")), c.src, c.bytes);
+    else
+      mine.copy[kept++] = c;
+  }
+  mine.n = kept;
+}
+
+inline void land_pending_copies() {
+  cp_async_commit_group();
+  cp_async_wait_group(0);
 }
 
 // ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {out}, [addr]: lanes 8r to 8r + 7 give the addresses of the 8
@@ -426,5 +480,6 @@ inline size_t __cvta_generic_to_shared(const void* p) {
   uintptr_t at = uintptr_t(p), start = uintptr_t(__start_emu_shared);
   if (at < start || at >= uintptr_t(__stop_emu_shared))
     emu::fail("__cvta_generic_to_shared(%p): no __shared__ storage", p);
+  asm volatile("" : : "r"(p) : "memory");  // the array escapes: `emu::shared_at`'s pointers may write it
   return at - start;
 }

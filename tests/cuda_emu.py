@@ -7,7 +7,8 @@ kernel argument is, grid and block extents). `launcher` compiles that source wit
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
-models the instruction (`ldmatrix`, bf16 `mma`: `_rewrite_asm`); any other stops the build with `NotEmulated`.
+models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups: `_rewrite_asm`); any other stops the build
+with `NotEmulated`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 OPERAND = re.compile(r'\s*"([^"]*)"\s*(\(.*\))\s*', re.S)  # `"=r"(expression)`
 LDMATRIX = re.compile(r"ldmatrix\.sync\.aligned\.m8n8\.x([124])(\.trans)?\.shared(?:::cta)?\.b16")
 MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+CP_ASYNC = re.compile(r"cp\.async\.(?:ca|cg)\.shared(?:::cta)?\.global")
+WAIT_GROUP = re.compile(r"(\d+);")  # cp.async.wait_group's operand, a literal
 
 
 class NotEmulated(Exception):
@@ -247,6 +250,16 @@ def _asm_statement(source: str, start: int, keyword_end: int) -> tuple[int, str]
 def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> str:
     """The shim's call doing `instruction` with `operands` (its template's operand list, white space removed) on an
     asm statement's outputs and inputs (constraint and parenthesised C++ expression each)."""
+    if instruction == "cp.async.commit_group" and (operands, outputs, inputs) == (";", [], []):
+        return "emu::cp_async_commit_group();"
+    if instruction == "cp.async.wait_group" and WAIT_GROUP.fullmatch(operands) and not (outputs or inputs):
+        return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
+    if CP_ASYNC.fullmatch(instruction):
+        got = operands, [c for c, _ in outputs], [c for c, _ in inputs]
+        if got != ("[%0],[%1],%2;", [], ["r", "l", "n"]):
+            raise NotEmulated(f"{instruction} with operands and constraints {got}: the emulator models [dst], [src], n")
+        (_, dst), (_, src), (_, size) = inputs
+        return f"emu::cp_async(emu::bits{dst}, {src}, {size});"
     ldmatrix = LDMATRIX.fullmatch(instruction)
     if ldmatrix:
         n = int(ldmatrix[1])
@@ -254,7 +267,9 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
     elif instruction == MMA_BF16:
         expect = "{%0,%1,%2,%3},{%4,%5,%6,%7},{%8,%9},{%10,%11,%12,%13};", ["=f"] * 4, ["r"] * 6 + ["f"] * 4
     else:
-        raise NotEmulated(f"inline PTX {instruction!r} (the emulator models ldmatrix .m8n8 .b16 and {MMA_BF16})")
+        raise NotEmulated(
+            f"inline PTX {instruction!r} (the emulator models ldmatrix .m8n8 .b16, {MMA_BF16} and cp.async)"
+        )
     got = operands, [c for c, _ in outputs], [c for c, _ in inputs]
     if got != expect:
         raise NotEmulated(f"{instruction} with operands and constraints {got}, not {expect}")

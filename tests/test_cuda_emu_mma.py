@@ -1,7 +1,7 @@
-"""The emulator's tensor-core instructions (`cuda_emu`: the inline PTX TVM emits rewritten into warp collectives of
+"""The emulator's tensor-core and async-copy instructions (`cuda_emu`: the inline PTX TVM emits rewritten into calls of
 the shim) against their PTX ISA definitions in numpy: ldmatrix's fragments of 8x8 b16 matrices whose rows the lanes
-point at, mma's D = A B + C on bf16 fragments, the two together as TVM's tensor-core GEMVs use them; and what the
-emulator does not model refused or stopped with the reason."""
+point at, mma's D = A B + C on bf16 fragments, the two together as TVM's tensor-core GEMVs use them, cp.async's
+copies landing by commit group; and what the emulator does not model refused or stopped with the reason."""
 
 from __future__ import annotations
 
@@ -237,6 +237,41 @@ def test_ldmatrix_feeds_mma_as_tvm_emits_them(layout, rng):
     np.testing.assert_array_equal(d, registers(_product(a, b, c)))
 
 
+# Each thread copies two floats of `in` into shared memory in two commit groups (16 and 4 bytes) and reads both back
+# after waiting for all but the newest group, then after waiting for all; shared memory starts at -1.
+CP_ASYNC = """#include <cuda.h>
+extern "C" __global__ void __launch_bounds__(32) copies(float* __restrict__ in_ptr, float* __restrict__ out_ptr) {
+  __shared__ alignas(64) float s_ptr[160];
+  int t = ((int)threadIdx.x);
+  s_ptr[t * 4] = -1.000000e+00f;
+  s_ptr[128 + t] = -1.000000e+00f;
+  __syncthreads();
+  unsigned int first = __cvta_generic_to_shared((&(s_ptr[0])) + (t * 4));
+  unsigned int second = __cvta_generic_to_shared((&(s_ptr[128])) + t);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], %2;" :: "r"(first), "l"(in_ptr + (t * 4)), "n"(16));
+  asm volatile("cp.async.commit_group;" :  : );
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(second), "l"(in_ptr + (128 + t)), "n"(4));
+  asm volatile("cp.async.commit_group;" :  : );
+  asm volatile("cp.async.wait_group 1;" :  :  : "memory");
+  out_ptr[t] = s_ptr[t * 4];
+  out_ptr[32 + t] = s_ptr[128 + t];
+  asm volatile("cp.async.wait_group 0;" :  :  : "memory");
+  out_ptr[64 + t] = s_ptr[128 + t];
+}
+"""
+
+
+def test_cp_async_copies_land_by_commit_group(rng):
+    """`wait_group 1` lands every group but the newest; a copy of the newest is not in shared memory until
+    `wait_group 0` (the emulator lands copies as late as PTX allows, so a read no wait orders sees stale data)."""
+    values = rng.standard_normal(160).astype(np.float32)
+    out = np.full(96, np.nan, np.float32)
+    launcher(CP_ASYNC, [Launch("copies", (0, 1), (1, 1, 1), (32, 1, 1))])(values, out)
+    np.testing.assert_array_equal(out[:32], values[:128:4])
+    np.testing.assert_array_equal(out[32:64], -1)
+    np.testing.assert_array_equal(out[64:], values[128:])
+
+
 ASM = """#include <cuda.h>
 extern "C" __global__ void __launch_bounds__(32) asm_kernel(float* __restrict__ x_ptr) {
   __shared__ alignas(64) float x_shared_ptr[128];
@@ -251,9 +286,13 @@ extern "C" __global__ void __launch_bounds__(32) asm_kernel(float* __restrict__ 
 """
 F16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 REFUSED = {  # an asm statement's operands and what the refusal names
-    "cp.async": (
+    "cp.async-literal-size": (
         '"cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"(addr), "l"(x_ptr)',
-        "cp.async.cg.shared.global",
+        "cp.async.cg.shared.global with operands",
+    ),
+    "cp.async-src-size": (
+        '"cp.async.ca.shared.global [%0], [%1], %2, %3;" :: "r"(addr), "l"(x_ptr), "n"(4), "r"(addr)',
+        "cp.async.ca.shared.global with operands",
     ),
     "mma-f16": (
         f'"{F16} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%10, %11, %12, %13}};"\n'

@@ -94,7 +94,8 @@ def test_swiglu_knob_grid_is_refused_or_right(dtype, rng):
         k
         for k in knob_grid(op, "cuda")[1:]
         if not k["tensor_cores"]
-        and k["rows"] % k["rows_per_thread"] == 0 and k["rows"] // k["rows_per_thread"] * k["threads_per_row"] <= 1024
+        and k["rows"] % k["rows_per_thread"] == 0
+        and k["rows"] // k["rows_per_thread"] * k["threads_per_row"] <= 1024
     ]
     assert _knob_grid_checked(op, cfg, rng) == 1 + len(fits)
 

@@ -19,6 +19,7 @@ from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda, gpu_present
+from gdn_tvm.verify import check_kernel
 
 SWIGLU = "gemv_gate_up_proj_swiglu"
 
@@ -48,15 +49,17 @@ def test_tensor_cores_are_the_default_for_bf16_lanes_in_16s(proj, batch, dtype, 
     assert uses_tensor_cores(_cfg(batch, dtype), proj, conv, norm) == expected
 
 
+@pytest.mark.parametrize("stages", [1, 2])
 @pytest.mark.parametrize("name", ["gemv_in_proj_qkv", SWIGLU])
-def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name):
+def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name, stages):
     """One launch; bf16 `mma.sync` and `ldmatrix` in it; every warp buffer lowered to per-thread registers (8
-    elements a 16 x 16 tile, not the 32-lane tile), x and w staged with 16-byte loads; nvcc builds it for sm_90."""
+    elements a 16 x 16 tile, not the 32-lane tile); x and w staged with 16-byte loads, or with 2 stages 16-byte
+    `cp.async` copies into two buffers, waiting for all but the newest group; nvcc builds it for sm_90."""
     cfg = _cfg(32)
-    b_tiles, warps_m, m_frags, warps_n, n_frags, _ = tensor_core_layout(
-        cfg, name[5:].removesuffix("_swiglu"), "swiglu" in name
+    b_tiles, warps_m, m_frags, warps_n, n_frags, *_ = tensor_core_layout(
+        cfg, name[5:].removesuffix("_swiglu"), "swiglu" in name, stages=stages
     )
-    source, launches = lower(OPS[name].schedule(cfg, "cuda", **TC).mod)
+    source, launches = lower(OPS[name].schedule(cfg, "cuda", **TC, stages=stages).mod)
     assert len(launches) == 1 and launches[0].block == (32, warps_m * warps_n, 1)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in source
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
@@ -66,16 +69,22 @@ def test_tensor_core_source_uses_mma_ldmatrix_and_register_fragments(name):
         "w_shared_warp_ptr": str(8 * n_frags),
         ("gate_up_warp_ptr" if name == SWIGLU else "y_warp_ptr"): str(8 * m_frags * n_frags),
     }
-    assert re.search(r"\*\(uint4\*\)\(w_ptr \+", source) and re.search(r"\*\(float4\*\)\(x_ptr \+", source)
+    if stages == 1:
+        assert re.search(r"\*\(uint4\*\)\(w_ptr \+", source) and re.search(r"\*\(float4\*\)\(x_ptr \+", source)
+        assert "cp.async" not in source
+    else:
+        assert re.search(r"ptx_cp_async_legacy_cg_16_2_2\(w_shared_ptr, .*w_ptr", source)
+        assert re.search(r"ptx_cp_async_legacy_cg_16_4_4\(x_shared_ptr, .*x_ptr", source)
+        assert "cp.async.wait_group 1;" in source
     if shutil.which("nvcc"):
         with cuda():
             assert b".target sm_90" in nvcc.compile_cuda(source, target_format="ptx", compiler="nvcc")
 
 
-EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B tiles, warps over B and N
+EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B tiles, warps over B and N, 1-3 stages
     "qkv-B16": ("gemv_in_proj_qkv", 16, TC),
-    "down-B32-4-lane-tiles": ("gemv_down_proj", 32, TC | {"m_frags": 2}),
-    "z-B64-warps": ("gemv_in_proj_z", 64, TC | {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2}),
+    "down-B32-4-lane-tiles": ("gemv_down_proj", 32, TC | {"m_frags": 2, "stages": 1}),
+    "z-B64-warps": ("gemv_in_proj_z", 64, TC | {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2, "stages": 3}),
     "swiglu-B32": (SWIGLU, 32, TC),
     "swiglu-B48-warps": (SWIGLU, 48, TC | {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
 }
@@ -91,6 +100,17 @@ def test_tensor_core_kernel_matches_reference(case, rng):
     check_kernel_against_reference(op, cfg, kernel, rng)
 
 
+def test_pipelined_kernel_that_waits_too_little_fails_the_check(rng):
+    """The 2-stage kernel with its wait for the older copies made a wait for none: the warps multiply chunks still in
+    flight (stale shared memory, in the emulator as on a GPU)."""
+    op, cfg = OPS["gemv_in_proj_qkv"], _cfg(16)
+    source, launches = lower(op.schedule(cfg, "cuda", **TC, stages=2).mod)
+    broken = source.replace("cp.async.wait_group 1;", "cp.async.wait_group 2;")
+    assert broken != source
+    failed = check_kernel(op, cfg, emulated(op, cfg, broken, launches), rng)
+    assert len(failed) == 1 and "relative L-inf error" in failed[0], failed
+
+
 @pytest.mark.parametrize(
     "batch, dtype, knobs, message",
     [
@@ -98,6 +118,7 @@ def test_tensor_core_kernel_matches_reference(case, rng):
         (24, "bfloat16", {}, "lanes in 16s"),
         (32, "bfloat16", {"m_frags": 4}, "do not divide"),  # 2 m tiles
         (32, "bfloat16", {"warps_n": 4, "n_frags": 4, "k_tiles": 3}, "do not divide"),
+        (256, "bfloat16", {"warps_n": 4, "n_frags": 2, "m_frags": 4, "stages": 3}, "3 stages fits"),
     ],
 )
 def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, message):
@@ -107,11 +128,12 @@ def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, mes
 
 def test_tensor_core_layout_fills_the_gpu_and_shared_memory():
     """Defaults: the most rows a CTA that leave a CTA for every SM, then the fewest B tiles whose chunks fit shared
-    memory; 1 lane tile a warp, 4 on the LM head."""
-    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "gate_up_proj", swiglu=True) == (4, 2, 1, 4, 1, 4)
-    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "in_proj_qkv") == (2, 4, 1, 2, 1, 4)
-    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "down_proj") == (1, 8, 1, 1, 1, 4)  # 160 CTAs
-    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "lm_head") == (2, 1, 4, 4, 2, 4)  # 4 lane tiles a warp
+    memory; 1 lane tile a warp and 2 stages, 4 lane tiles and 1 stage on the LM head."""
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "gate_up_proj", swiglu=True) == (8, 1, 1, 4, 1, 4, 2)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "in_proj_qkv") == (2, 4, 1, 2, 1, 4, 2)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "down_proj") == (2, 4, 1, 1, 1, 4, 2)  # 320 CTAs
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "lm_head") == (2, 1, 4, 4, 2, 4, 1)
+    assert tensor_core_layout(_cfg(128, model="qwen3.5-4b"), "down_proj", stages=1) == (1, 8, 1, 1, 1, 4, 1)
     b_tiles, warps_m, m_frags, *_ = tensor_core_layout(_cfg(256, model="qwen3.5-4b"), "down_proj")
     assert b_tiles * warps_m * m_frags * mma.TILE == 256 and b_tiles > 1
 

@@ -65,8 +65,7 @@ tirx.register_tir_pipeline(WARP_PIPELINE, _warp_pipeline)
 
 def uses_warp_memory(mod: tvm.IRModule) -> bool:
     """True when a function of `mod` holds warp-scope buffers (tensor-core fragments): its kernels are built with
-    `WARP_PIPELINE` and without TIR's common-subexpression pass, whose let-bound indices LowerWarpMemory cannot
-    read."""
+    `WARP_PIPELINE` and `_warp_context`."""
     return any(
         isinstance(f.body, s_tir.SBlockRealize) and any(b.scope() == "warp" for b in f.body.block.alloc_buffers)
         for f in mod.functions.values()
@@ -79,15 +78,16 @@ def is_in_place(mod: tvm.IRModule) -> bool:
     return any(bool(f.attrs and f.attrs.get(IN_PLACE_ATTR)) for f in mod.functions.values())
 
 
-def _without_cse() -> tvm.transform.PassContext:
-    """The current pass context with TIR's common-subexpression pass off."""
+def _warp_context() -> tvm.transform.PassContext:
+    """The current pass context with TIR's common-subexpression pass off (LowerWarpMemory cannot read the indices it
+    binds to lets) and the copies of a software pipeline's async stages made `cp.async`."""
     outer = tvm.transform.PassContext.current()
     return tvm.transform.PassContext(
         opt_level=outer.opt_level,
         required_pass=list(outer.required_pass),
         disabled_pass=list(outer.disabled_pass),
         instruments=list(outer.instruments),
-        config={**outer.config, "tirx.disable_cse_tir": True},
+        config={**outer.config, "tirx.disable_cse_tir": True, "tirx.use_async_copy": True},
     )
 
 
@@ -101,7 +101,7 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
     if warp and is_in_place(mod):
         raise ValueError("an in-place kernel with warp memory: no pipeline builds both")
     pipeline = WARP_PIPELINE if warp else IN_PLACE_PIPELINE if is_in_place(mod) else "default"
-    with target, _without_cse() if warp else contextlib.nullcontext():
+    with target, _warp_context() if warp else contextlib.nullcontext():
         ex = tvm.compile(mod, target=target, tir_pipeline=pipeline)
     if target.kind.name == "cuda" and not any(m.kind == "cuda" for m in ex.mod.imports):
         raise ValueError(
