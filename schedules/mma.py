@@ -7,6 +7,9 @@ on their way into registers into `hi = bf16(x)` and `lo = bf16(x - hi)`, and eac
 (a relative error <= 2^-17 on each product, ~1e-5 on a sum), so the projection keeps float32 activations
 and matches the same float64 reference as the CUDA-core schedules; x is never rounded to bf16 alone.
 
+The fill and store intrinsics are the project's too: TVM's `tvm.s_tir.tensor_intrin` package parses hundreds of
+intrinsics on import (about a minute here), which every process importing the registry would pay.
+
 A warp holds a 16 x 16 tile as `[32 threads, 8]` in the register layout of `mma.sync` (the PTX ISA's fragment
 figures for m16n8k16): the descriptions below use TVM's logical index map for tensorize matching, the
 implementations write and read the physical layout.
@@ -18,13 +21,9 @@ implementations write and read the physical layout.
 
 from __future__ import annotations
 
+import threading
+
 from tvm.s_tir import TensorIntrin
-from tvm.s_tir.tensor_intrin.cuda import (
-    MMA_fill_16x16_f32_INTRIN,
-    MMA_store_16x16_f32_global_INTRIN,
-    get_mma_store_intrin,
-    shared_16x16_to_ldmatrix_32x8_layout,
-)
 from tvm.script import tirx as T
 
 TILE = 16  # m = n = k of one tensorized tile
@@ -34,11 +33,20 @@ PER_THREAD = 8  # a 16 x 16 tile's elements per thread
 LOAD_X = "gdn_tvm_mma_load_x_split"  # float32 x tile (shared) -> hi/lo bf16 pairs (warp)
 LOAD_W = "gdn_tvm_mma_load_w_bf16"  # bf16 [n, k] w tile (shared) -> warp
 MMA = "gdn_tvm_mma_f32split_bf16"  # C += A(hi + lo) . B^T
-FILL = MMA_fill_16x16_f32_INTRIN
-STORE_GLOBAL = MMA_store_16x16_f32_global_INTRIN
-STORE_SHARED = "gdn_tvm_mma_store_f32_shared"
+FILL = "gdn_tvm_mma_fill_f32"  # C = 0
+STORE_GLOBAL = "gdn_tvm_mma_store_f32_global"  # a C fragment into a 16 x 16 tile of global memory
+STORE_SHARED = "gdn_tvm_mma_store_f32_shared"  # ... of shared memory
 
-fragment = shared_16x16_to_ldmatrix_32x8_layout  # logical (row, col) -> (thread, slot), for tensorize matching
+
+def fragment(i, j):
+    """A 16 x 16 tile's element (row i, column j) -> (thread, slot) of its warp fragment: the C layout above (and,
+    for tensorize matching, the logical layout of the A and B fragments)."""
+    return 4 * (i % 8) + j % 8 // 2, 4 * (j // 8) + 2 * (i // 8) + j % 2
+
+
+def _element(t, s):
+    """The inverse of `fragment`: slot `s` of thread `t` -> (row, column)."""
+    return t // 4 + 8 * (s // 2 % 2), 2 * (t % 4) + s % 2 + 8 * (s // 4)
 
 
 def index_map(*axes):
@@ -198,7 +206,79 @@ def _mma():
     return desc, impl
 
 
-TensorIntrin.register(LOAD_X, *_load_x(), override=True)
-TensorIntrin.register(LOAD_W, *_load_w(), override=True)
-TensorIntrin.register(MMA, *_mma(), override=True)
-TensorIntrin.register(STORE_SHARED, *get_mma_store_intrin("float32", PER_THREAD, "shared", False), override=True)
+def _fill():
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle) -> None:
+        C = T.match_buffer(c, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:WARP, 0:PER_THREAD])
+            for i, j in T.grid(TILE, TILE):
+                with T.sblock("fill"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    t, s = T.meta_var(fragment(vi, vj))
+                    C[t, s] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle) -> None:
+        C = T.match_buffer(c, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:WARP, 0:PER_THREAD])
+            for _t in T.thread_binding(0, WARP, "threadIdx.x"):
+                T.evaluate(T.cuda.mma_fill_legacy(PER_THREAD, C.data, C.elem_offset, dtype="float32"))
+
+    return desc, impl
+
+
+def _store(scope: str):
+    """A C fragment into a 16 x 16 tile of `scope` memory, slot by slot (once a CTA: TVM's `mma_store` would
+    need its `tensor_intrin` package registered, a minute of parsing in every process)."""
+
+    @T.prim_func(s_tir=True)
+    def desc(c_warp: T.handle, c: T.handle) -> None:
+        C_warp = T.match_buffer(c_warp, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
+        C = T.match_buffer(c, (TILE, TILE), "float32", offset_factor=1, scope=scope)
+        with T.sblock("root"):
+            T.reads(C_warp[0:WARP, 0:PER_THREAD])
+            T.writes(C[0:TILE, 0:TILE])
+            for i, j in T.grid(TILE, TILE):
+                with T.sblock("store"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    t, s = T.meta_var(fragment(vi, vj))
+                    C[vi, vj] = C_warp[t, s]
+
+    @T.prim_func(s_tir=True)
+    def impl(c_warp: T.handle, c: T.handle) -> None:
+        s0, s1 = T.int32(), T.int32()
+        C_warp = T.match_buffer(c_warp, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
+        C = T.match_buffer(c, (TILE, TILE), "float32", offset_factor=1, scope=scope, strides=[s0, s1])
+        with T.sblock("root"):
+            T.reads(C_warp[0:WARP, 0:PER_THREAD])
+            T.writes(C[0:TILE, 0:TILE])
+            for t in T.thread_binding(0, WARP, "threadIdx.x"):
+                for s in T.serial(PER_THREAD):
+                    row, col = T.meta_var(_element(t, s))
+                    C[row, col] = C_warp[t, s]
+
+    return desc, impl
+
+
+def _register() -> None:
+    for name, (desc, impl) in (
+        (LOAD_X, _load_x()),
+        (LOAD_W, _load_w()),
+        (MMA, _mma()),
+        (FILL, _fill()),
+        (STORE_GLOBAL, _store("global")),
+        (STORE_SHARED, _store("shared")),
+    ):
+        TensorIntrin.register(name, desc, impl, override=True)
+
+
+# Parsed on a thread of their own: each `T.prim_func` walks its caller's stack (`inspect.stack`), and inside an
+# import that stack is ~40 frames of importlib that inspect maps to no module, scanning `sys.modules` for each
+# (~0.4 s a parse, 10 s for these); a fresh thread's stack is a few frames.
+_parsing = threading.Thread(target=_register, name="gdn_tvm.mma")
+_parsing.start()
+_parsing.join()

@@ -46,12 +46,12 @@ def quiet(_line: str) -> None:
 
 @pytest.fixture(scope="session")
 def tuned_logs(tmp_path_factory) -> Path:
-    """`python -m gdn_tvm.tuning --ops all` (every registry op) at CFG, TRIALS trials each (about a minute on 2
-    cores), done once per test session: the first xdist worker tunes under a file lock; its output is kept in
+    """`python -m gdn_tvm.tuning --ops all` (every registry op) at CFG, TRIALS trials each (about 3 minutes on
+    2 cores), done once per test session: the first xdist worker tunes under a file lock; its output is kept in
     `tune.out`.
 
-    Only this run searches (MetaSchedule's first TuneContext costs ~15 s of TVMScript parsing per process);
-    the other tests re-measure the hand schedule at most (trials=0)."""
+    Only this run searches (MetaSchedule's first TuneContext imports `tvm.s_tir.tensor_intrin`, about a minute of
+    TVMScript parsing per process); the other tests re-measure the hand schedule at most (trials=0)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     root = shared / "tuned_logs"
