@@ -243,9 +243,10 @@ def tensor_core_layout(
     if n_rows % mma.TILE or n_cols % mma.TILE:
         raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
+    many_rows = n_tiles >= MANY_ROW_TILES
     k_tiles = k_tiles or _divisor_at_most(k_all, 4)
-    stages = stages or (1 if n_tiles >= MANY_ROW_TILES else STAGES)
-    m_frags = m_frags or (min(4, m_tiles) if n_tiles >= MANY_ROW_TILES else 1)
+    stages = stages or (1 if many_rows else STAGES)
+    m_frags = m_frags or (min(4, m_tiles) if many_rows else 1)
     if m_tiles % m_frags or k_all % k_tiles:
         raise ValueError(f"{proj}: {m_frags} m tiles a warp, {k_tiles} k tiles a step do not divide the shape")
     shapes = [(w, f) for w in (4, 2, 1) for f in (2, 1) if n_tiles % (w * f) == 0]

@@ -254,14 +254,10 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         return "emu::cp_async_commit_group();"
     if instruction == "cp.async.wait_group" and WAIT_GROUP.fullmatch(operands) and not (outputs or inputs):
         return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
-    if CP_ASYNC.fullmatch(instruction):
-        got = operands, [c for c, _ in outputs], [c for c, _ in inputs]
-        if got != ("[%0],[%1],%2;", [], ["r", "l", "n"]):
-            raise NotEmulated(f"{instruction} with operands and constraints {got}: the emulator models [dst], [src], n")
-        (_, dst), (_, src), (_, size) = inputs
-        return f"emu::cp_async(emu::bits{dst}, {src}, {size});"
-    ldmatrix = LDMATRIX.fullmatch(instruction)
-    if ldmatrix:
+    ldmatrix, cp_async = LDMATRIX.fullmatch(instruction), CP_ASYNC.fullmatch(instruction)
+    if cp_async:  # [dst] (a shared-window offset), [src] (a global pointer), bytes (a constant)
+        expect = "[%0],[%1],%2;", [], ["r", "l", "n"]
+    elif ldmatrix:
         n = int(ldmatrix[1])
         expect = "{" + ",".join(f"%{i}" for i in range(n)) + f"}},[%{n}];", ["=r"] * n, ["r"]
     elif instruction == MMA_BF16:
@@ -275,6 +271,8 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         raise NotEmulated(f"{instruction} with operands and constraints {got}, not {expect}")
     out = ", ".join(e for _, e in outputs)  # lvalues, which the shim writes through `emu::Reg`
     bits = [f"emu::bits{e}" for _, e in inputs]
+    if cp_async:
+        return f"emu::cp_async({bits[0]}, {inputs[1][1]}, {inputs[2][1]});"
     if ldmatrix:
         return f"emu::ldmatrix(/*trans=*/{'true' if ldmatrix[2] else 'false'}, {bits[0]}, {{{out}}});"
     a, b, c = ", ".join(bits[:4]), ", ".join(bits[4:6]), ", ".join(bits[6:])
