@@ -77,11 +77,16 @@ class Fusions:
       out_proj: at B = 1. From two lanes the prologue's per-CTA recompute covers every lane of a B tile (qwen3.5-4b
       B=32 on the H200: 84 us against 36 us for the two kernels), and the epilogue cost 1.8 us more than the conv.
     split_kv: attention over `split_len` chunks in parallel, then a reduce kernel: where the cache holds more than
-      one chunk."""
+      one chunk.
+    block_stages: the decoder layer's RMSNorms as the prologues of the GEMVs reading the residual stream (the
+      stacked mixer input, gate|up) and its residual adds as the epilogues of those writing a sublayer's output
+      (out_proj, o_proj, down_proj): no norm launch inside the model's layers. At B = 1 where both mixers' inputs
+      are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile."""
 
     stacked: frozenset[str]
     gdn_stages: bool
     split_kv: bool
+    block_stages: bool
 
 
 def fusions(cfg: DecodeConfig) -> Fusions:
@@ -92,7 +97,12 @@ def fusions(cfg: DecodeConfig) -> Fusions:
         return all(4 * start % VIEW_ALIGN == 0 for start in starts)
 
     stacked = frozenset(name for name in STACKED if cfg.batch == 1 and aligned(name))
-    return Fusions(stacked=stacked, gdn_stages=cfg.batch == 1, split_kv=cfg.n_splits > 1)
+    return Fusions(
+        stacked=stacked,
+        gdn_stages=cfg.batch == 1,
+        split_kv=cfg.n_splits > 1,
+        block_stages=cfg.batch == 1 and stacked == frozenset(STACKED),
+    )
 
 
 def gdn_weights(m: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -161,10 +171,13 @@ class _Builder:
         self.weights: dict[str, Buffer] = {}
         self.stacks: dict[str, tuple[str, ...]] = {}
 
-    def mixer_inputs(self) -> None:
-        """A mixer's inputs (x, the step's slots and positions) and its weights, stacked where the fusions say."""
+    def mixer_inputs(self, block: bool = False) -> None:
+        """A mixer's inputs (x, the step's slots and positions; with `block`, the decoder layer's `input_norm`
+        weight, x being the residual stream) and its weights, stacked where the fusions say."""
         B, m = self.cfg.batch, self.cfg.model
         self.add("x", (B, m.hidden), "input")
+        if block:
+            self.add("input_norm", (m.hidden,), "input", self.cfg.weight_dtype)
         self.add("slots", (B,), "input", "int32")
         self.add("positions", (B,), "input", "int32")
         parts = STACKED.get(self.stacked, ())
@@ -207,12 +220,17 @@ class _Builder:
             raise ValueError(f"{self.kind} plan: {op} binds undeclared buffers {unknown}")
         self.launches.append(Launch(op, args))
 
-    def project(self, outputs: Iterable[tuple[str, str, tuple[int, ...]]], **epilogue: str) -> list[str]:
+    def project(
+        self, outputs: Iterable[tuple[str, str, tuple[int, ...]]], norm_weight: str = "", **epilogue: str
+    ) -> list[str]:
         """The layer's input projections, `(projection, output name, shape)` in `STACKED` order; returns the output
         buffers. Stacked: row views of one GEMV's output row; else one GEMV into each. `epilogue` (the conv's
-        conv_weight, state, slots) goes to the GEMV producing the first output, which runs its `_conv` variant."""
+        conv_weight, state, slots) goes to the GEMV producing the first output, which runs its `_conv` variant;
+        `norm_weight` (stacked only) makes the GEMV normalise x first (its `_rmsnorm` variant)."""
         outputs = list(outputs)
         B, conv = self.cfg.batch, "_conv" if epilogue else ""
+        if norm_weight and not self.stacked:
+            raise ValueError(f"{self.kind} plan: an RMSNorm prologue needs the stacked input projection")
         if not self.stacked:
             names = []
             for i, (proj, name, shape) in enumerate(outputs):
@@ -227,7 +245,10 @@ class _Builder:
         if tuple(proj for proj, _, _ in outputs) != parts:
             raise ValueError(f"{self.stacked}: outputs {[p for p, _, _ in outputs]} are not {parts}")
         whole = self.act(f"{self.stacked}_out", 1, self.cfg.model.projections[self.stacked][0])
-        self.launch(f"gemv_{self.stacked}{conv}", w=self.stacked, x="x", y=whole, **epilogue)
+        if norm_weight:
+            epilogue = {"norm_weight": norm_weight, **epilogue}
+        op = f"gemv_{self.stacked}{'_rmsnorm' if norm_weight else ''}{conv}"
+        self.launch(op, w=self.stacked, x="x", y=whole, **epilogue)
         names, start = [], 0
         for _, name, shape in outputs:
             names.append(self.view(whole, *shape, start=start, name=name))
@@ -261,14 +282,15 @@ class _Builder:
         return Plan(self.kind, dict(self.buffers), tuple(self.launches), out, dict(self.weights), dict(self.stacks))
 
 
-def gdn(cfg: DecodeConfig) -> Plan:
+def gdn(cfg: DecodeConfig, block: bool = False) -> Plan:
     """projections -> conv1d + SiLU -> `delta_rule_fused` (L2 norms, gates, recurrence) -> gated RMSNorm -> out_proj;
     with `fusions.gdn_stages` the conv is the projection's epilogue and the norm out_proj's prologue (3 launches at
-    B = 1, 8 from two lanes)."""
+    B = 1, 8 from two lanes). `block` (a decoder layer's mixer under `fusions.block_stages`): x is the residual
+    stream, normalised by the input projection (`input_norm`), and out_proj adds into it in place (the plan's out)."""
     m, B = cfg.model, cfg.batch
     hv, dv = m.n_v_heads, m.head_v_dim
     p = _Builder("gdn", cfg, "in_proj")
-    p.mixer_inputs()
+    p.mixer_inputs(block)
     conv_state = p.state("conv_state", cfg.slots, m.conv_dim, m.conv_kernel - 1)
     p.state("rec_state", cfg.slots, hv, dv, m.head_k_dim, dtype=cfg.state_dtype)
     fused = p.fusions.gdn_stages
@@ -276,13 +298,18 @@ def gdn(cfg: DecodeConfig) -> Plan:
     first = "qkv" if fused else "mixed"  # the epilogue's conv output, or the rows the conv kernel reads
     projections = [("in_proj_qkv", first, (B, m.conv_dim)), ("in_proj_z", "z", (B, hv * dv))]
     projections += [("in_proj_b", "b", (B, hv)), ("in_proj_a", "a", (B, hv))]
-    qkv, z, b, a = p.project(projections, **(conv if fused else {}))
+    qkv, z, b, a = p.project(projections, "input_norm" if block else "", **(conv if fused else {}))
     if not fused:  # the projection's rows go through the conv kernel
         mixed, qkv = qkv, p.act("qkv", B, m.conv_dim)
         p.launch("causal_conv1d_silu", x=mixed, weight="conv1d", state=conv_state, slots="slots", y=qkv)
     o = p.act("o", B, hv * dv)
     gates = {"a": a, "b": b, "A": "A", "dt_bias": "dt_bias"}
     p.launch("delta_rule_fused", qkv=qkv, **gates, state="rec_state", slots="slots", o=p.view(o, B, hv, dv))
+    if block:
+        if not fused:
+            raise ValueError("gdn plan: block stages need the GDN stages")
+        p.launch("gemv_out_proj_norm_residual", w="out_proj", x=o, z=z, norm_weight="norm", residual="x")
+        return p.done("x")
     out = p.act("out", B, m.hidden)
     if fused:
         p.launch("gemv_out_proj_norm", w="out_proj", x=o, z=z, norm_weight="norm", y=out)
@@ -294,17 +321,18 @@ def gdn(cfg: DecodeConfig) -> Plan:
     return p.done(out)
 
 
-def attention(cfg: DecodeConfig) -> Plan:
+def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
     """projections -> split q/gate -> q/k RMSNorm -> RoPE -> KV scatter -> decode attention (split-KV + reduce with
-    `fusions.split_kv`) -> sigmoid gate -> o_proj."""
+    `fusions.split_kv`) -> sigmoid gate -> o_proj. `block`: as `gdn`'s (the projection normalises the residual
+    stream x, o_proj adds into it)."""
     m, B = cfg.model, cfg.batch
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     p = _Builder("attention", cfg, "qkv_proj")
-    p.mixer_inputs()
+    p.mixer_inputs(block)
     for cache in ("k_cache", "v_cache"):
         p.state(cache, cfg.slots, cfg.max_len, hkv, d, dtype=cfg.kv_dtype)
     projections = [("q_proj", "q_gate", (B, hq, 2 * d)), ("k_proj", "k", (B, hkv, d)), ("v_proj", "v", (B, hkv, d))]
-    qg, k, v = p.project(projections)
+    qg, k, v = p.project(projections, "input_norm" if block else "")
     q, gate = p.act("q", B, hq, d), p.act("gate", B, hq, d)
     qn, kn = p.act("q_normed", B, hq, d), p.act("k_normed", B, hkv, d)
     qr, kr = p.act("q_rotated", B, hq, d), p.act("k_rotated", B, hkv, d)
@@ -324,6 +352,9 @@ def attention(cfg: DecodeConfig) -> Plan:
     else:
         p.launch("decode_attention", q=qr, **caches, out=attn)
     p.launch("sigmoid_gate", x=attn, gate=gate, y=gated)
+    if block:
+        p.launch("gemv_o_proj_residual", w="o_proj", x=p.view(gated, B, hq * d), residual="x")
+        return p.done("x")
     out = p.act("out", B, m.hidden)
     p.launch("gemv_o_proj", w="o_proj", x=p.view(gated, B, hq * d), y=out)
     return p.done(out)
@@ -352,7 +383,9 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
     epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
     `sample` (`argmax` without `sampling`: every lane greedy, two passes over the logits where `sample` makes about
-    85) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on."""
+    85) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on. With
+    `fusions.block_stages` a layer's norms are the prologues of the GEMVs after them and its residual adds the
+    epilogues of those before them (the final norm a plain `rmsnorm`)."""
     m, B = cfg.model, cfg.batch
     if m.intermediate_size is None:
         raise ValueError(f"{m.name}: no dense MLP (mixture-of-experts models are not planned)")
@@ -368,8 +401,11 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
         p.view("embed_tokens", *outer["lm_head"], name="lm_head")
     else:
         p.weight("lm_head", outer["lm_head"])
-    hidden, normed, mlp_in = p.act("hidden", B, m.hidden), p.act("normed", B, m.hidden), p.act("mlp_in", B, m.hidden)
-    mlp_act, mlp_out = p.act("mlp_act", B, m.intermediate_size), p.act("mlp_out", B, m.hidden)
+    hidden, normed = p.act("hidden", B, m.hidden), p.act("normed", B, m.hidden)
+    mlp_act = p.act("mlp_act", B, m.intermediate_size)
+    fused = p.fusions.block_stages
+    if not fused:
+        mlp_in, mlp_out = p.act("mlp_in", B, m.hidden), p.act("mlp_out", B, m.hidden)
     p.launch("embedding", ids="ids", table="embed_tokens", rows=hidden)
     step = {"slots": "slots", "positions": "positions"}
     for i, kind in enumerate(m.layer_types):
@@ -380,15 +416,24 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
         for part in parts:
             p.weight(part, block[part.rsplit(".", 1)[-1]], buffer=False)
         gate_up = p.stack(prefix + "gate_up_proj", parts, m.projections["gate_up_proj"])
+        input_norm, post_norm = prefix + "input_layernorm", prefix + "post_attention_layernorm"
+        if fused:  # the norms in the GEMVs reading the stream, the residual adds in those writing into it
+            p.nest(prefix, PLANS[kind](cfg, block=True), {"x": hidden, "input_norm": input_norm, **step})
+            p.launch("gemv_gate_up_proj_rmsnorm_swiglu", w=gate_up, x=hidden, norm_weight=post_norm, y=mlp_act)
+            p.launch("gemv_down_proj_residual", w=prefix + "down_proj", x=mlp_act, residual=hidden)
+            continue
         if i == 0:
-            p.launch("rmsnorm", x=hidden, weight=prefix + "input_layernorm", y=normed)
+            p.launch("rmsnorm", x=hidden, weight=input_norm, y=normed)
         else:
-            p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight=prefix + "input_layernorm", y=normed)
+            p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight=input_norm, y=normed)
         out = p.nest(prefix, PLANS[kind](cfg), {"x": normed, **step})
-        p.launch("add_rmsnorm", x=out, residual=hidden, weight=prefix + "post_attention_layernorm", y=mlp_in)
+        p.launch("add_rmsnorm", x=out, residual=hidden, weight=post_norm, y=mlp_in)
         p.launch("gemv_gate_up_proj_swiglu", w=gate_up, x=mlp_in, y=mlp_act)
         p.launch("gemv_down_proj", w=prefix + "down_proj", x=mlp_act, y=mlp_out)
-    p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight="norm", y=normed)
+    if fused:
+        p.launch("rmsnorm", x=hidden, weight="norm", y=normed)
+    else:
+        p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight="norm", y=normed)
     logits = p.act("logits", B, m.vocab_size)
     p.launch("gemv_lm_head", w="lm_head", x=normed, y=logits)
     sampled = p.add("sampled", (B,), "act", "int32")

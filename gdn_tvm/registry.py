@@ -78,13 +78,17 @@ def _dims(*names: str) -> Callable[[DecodeConfig], dict[str, object]]:
     return sizes
 
 
-def _gemv_sizes(cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False) -> dict[str, object]:
+def _gemv_sizes(
+    cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, rmsnorm: bool = False
+) -> dict[str, object]:
     rows, cols = cfg.model.projections[proj]
     sizes: dict[str, object] = {"batch": cfg.batch, "rows": rows, "cols": cols}
     if conv:
         sizes |= _dims("slots", "conv_dim", "conv_kernel")(cfg)
     if norm:
         sizes |= _dims("head_v_dim", "rms_norm_eps")(cfg)
+    if rmsnorm:
+        sizes |= _dims("rms_norm_eps")(cfg)
     return sizes | _dims("weight_dtype")(cfg)
 
 
@@ -211,6 +215,63 @@ _ENTRIES = [
         key_name="gemv_swiglu",
         proj="gate_up_proj",
         swiglu=True,
+    ),
+    # the decoder layer's RMSNorm as the prologue of the GEMVs reading the residual stream, its residual add as the
+    # epilogue of those writing a sublayer's output (plan.Fusions.block_stages)
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="in_proj", conv=True, rmsnorm=True),
+        name="gemv_in_proj_rmsnorm_conv",
+        ref="gemv_rmsnorm_conv",
+        key_name="gemv_rmsnorm_conv",
+        ref_params=("rms_norm_eps",),
+        proj="in_proj",
+        rmsnorm=True,
+        conv=True,
+    ),
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="qkv_proj", rmsnorm=True),
+        name="gemv_qkv_proj_rmsnorm",
+        ref="gemv_rmsnorm",
+        key_name="gemv_rmsnorm",
+        ref_params=("rms_norm_eps",),
+        proj="qkv_proj",
+        rmsnorm=True,
+    ),
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="gate_up_proj", rmsnorm=True),
+        name="gemv_gate_up_proj_rmsnorm_swiglu",
+        ref="gemv_rmsnorm_swiglu",
+        key_name="gemv_rmsnorm_swiglu",
+        ref_params=("rms_norm_eps",),
+        proj="gate_up_proj",
+        rmsnorm=True,
+        swiglu=True,
+    ),
+    _entry(
+        "gemv",
+        partial(_gemv_sizes, proj="out_proj", norm=True),
+        name="gemv_out_proj_norm_residual",
+        ref="gemv_norm_residual",
+        key_name="gemv_norm_residual",
+        ref_params=("rms_norm_eps",),
+        proj="out_proj",
+        norm=True,
+        residual=True,
+    ),
+    *(
+        _entry(
+            "gemv",
+            partial(_gemv_sizes, proj=proj),
+            name=f"gemv_{proj}_residual",
+            ref="gemv_residual",
+            key_name="gemv_residual",
+            proj=proj,
+            residual=True,
+        )
+        for proj in ("o_proj", "down_proj")
     ),
     *(
         _entry("gemv", partial(_gemv_sizes, proj=proj), name=f"gemv_{proj}", key_name="gemv", proj=proj)

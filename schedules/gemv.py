@@ -1,7 +1,9 @@
 """gemv schedules: `y[b, n] = sum_k x[b, k] * w[n, k]`, each weight element read once for all B lanes.
 
-With the conv epilogue (`conv=True`), the thread that owns a finished row runs its conv and shifts its state.
-With SwiGLU (`swiglu=True`), a thread reduces gate row `n` and up row `I + n` together ("rows" count such pairs).
+With the conv epilogue (`conv=True`), the thread that owns a finished row runs its conv and shifts its state; with the
+residual one (`residual=True`), it adds the row into the residual stream. With SwiGLU (`swiglu=True`), a thread reduces
+gate row `n` and up row `I + n` together ("rows" count such pairs). The prologues (`norm`: gated RMSNorm per head,
+`rmsnorm`: the decoder layer's RMSNorm of the whole row) stage x normalised, each CTA summing its lanes' squares first.
 """
 
 from __future__ import annotations
@@ -64,13 +66,15 @@ def llvm(
     conv: bool = False,
     norm: bool = False,
     swiglu: bool = False,
+    rmsnorm: bool = False,
+    residual: bool = False,
     vector: int = 8,
     batch_tile: int = 4,
 ) -> None:
     """Rows in parallel; per row and B tile, `vector`-wide partial sums along K in registers, each w load
-    serving the tile's lanes (the row of w stays in cache across tiles). The conv epilogue: (lane, row) in
-    parallel after the projection; the norm prologue: (lane, head) in parallel before it; SwiGLU: a row's gate
-    and up sums side by side, each x load serving both, and its lanes' outputs once both are done."""
+    serving the tile's lanes (the row of w stays in cache across tiles). The conv and residual epilogues: (lane, row)
+    in parallel after the projection; the prologues: (lane, head) in parallel before it (rmsnorm: lanes); SwiGLU: a
+    row's gate and up sums side by side, each x load serving both, and its lanes' outputs once both are done."""
     blk = sch.get_sblock("gemv")
     b, n, *pair, k = sch.get_loops(blk)
     ko, kv = sch.split(k, factors=[None, vector])
@@ -85,9 +89,10 @@ def llvm(
     sch.decompose_reduction(rf, ko)
     if swiglu:
         sch.reverse_compute_at(sch.get_sblock("swiglu"), n)
-    for name in ("conv", "store") if conv else ("sumsq", "normed") if norm else ():
+    prologue = ("sumsq", "normed") if norm or rmsnorm else ()
+    for name in prologue + (("conv", "store") if conv else ("residual",) if residual else ()):
         b, n, *_ = sch.get_loops(sch.get_sblock(name))
-        sch.parallel(sch.fuse(b, n))
+        sch.parallel(b if name == "sumsq" and rmsnorm else sch.fuse(b, n))  # rmsnorm's sums: (lane, K)
 
 
 def cuda(
@@ -97,6 +102,8 @@ def cuda(
     conv: bool = False,
     norm: bool = False,
     swiglu: bool = False,
+    rmsnorm: bool = False,
+    residual: bool = False,
     rows: int | None = None,
     threads_per_row: int | None = None,
     vector: int | None = None,
@@ -129,23 +136,30 @@ def cuda(
     heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
     the plain GEMV stages x (at least 2 rows a CTA, so there is a stage). SwiGLU: the layout counts output rows,
     each a gate and an up row of w (a thread loads both per K step, and holds both sums); the group's sums go to
-    shared memory, then one thread per (lane, row) writes `silu(gate) * up`.
+    shared memory, then one thread per (lane, row) writes `silu(gate) * up`. The rmsnorm prologue: the CTA's threads
+    sum each lane's squares together, then stage x as the norm prologue does; the residual epilogue: as the conv one,
+    each (lane, row) thread adding its sum into the stream.
     """
     if tensor_cores is None:
-        tensor_cores = uses_tensor_cores(cfg, proj, conv, norm, swiglu)
+        tensor_cores = uses_tensor_cores(cfg, proj, conv, norm, swiglu, rmsnorm, residual)
     if tensor_cores:
-        if conv or norm:
-            raise ValueError("tensor cores: the conv and norm variants run on CUDA cores")
+        if conv or norm or rmsnorm or residual:
+            raise ValueError("tensor cores: the conv, norm, rmsnorm and residual variants run on CUDA cores")
         layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, gpu)
         return _cuda_tensor_cores(sch, swiglu, *layout)
     vector = vector or per_load(cfg.weight_dtype)
+    prologue = norm or rmsnorm
     layout = cuda_layout(
-        cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, norm, gpu, swiglu
+        cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, prologue, gpu, swiglu
     )
     rows, threads_per_row, b_tile, k_chunk, per_thread = layout
+    row_threads = rows // per_thread
     if norm and (rows == 1 or cfg.model.head_v_dim % threads_per_row):
         raise ValueError(f"norm prologue: {rows} rows a CTA, {threads_per_row} threads a row: needs > 1, dividing Dv")
-    row_threads = rows // per_thread
+    if rmsnorm and (rows == 1 or cfg.model.projections[proj][1] % (row_threads * threads_per_row)):
+        raise ValueError(
+            f"rmsnorm prologue: {rows} rows a CTA, {row_threads * threads_per_row} threads: needs > 1, dividing K"
+        )
     b_tiles = math.ceil(cfg.batch / b_tile)
 
     blk = sch.get_sblock("gemv")
@@ -173,7 +187,7 @@ def cuda(
     sch.compute_at(w_loc, pair[0] if swiglu else ki)  # the thread's rows x one vector of K, before the lanes
     sch.vectorize(sch.get_loops(w_loc)[-1])
     if rows > 1:  # x is shared by the CTA's rows: stage the chunk once (with one row, each x is read once)
-        x_sh = sch.get_sblock("normed") if norm else sch.cache_read(rf, 0, "shared")
+        x_sh = sch.get_sblock("normed") if prologue else sch.cache_read(rf, 0, "shared")
         sch.set_scope(x_sh, 0, "shared")
         sch.compute_at(x_sh, kc)
         fused = sch.fuse(*sch.get_loops(x_sh)[4:])
@@ -183,6 +197,8 @@ def cuda(
         vectorize_floats(sch, v)
     if norm:
         _head_sums(sch, bx, row_threads, threads_per_row)
+    if rmsnorm:
+        _row_sums(sch, bx, row_threads, threads_per_row)
     x_loc = sch.cache_read(rf, 0, "local")
     sch.compute_at(x_loc, bi)
     vectorize_floats(sch, sch.get_loops(x_loc)[-1])
@@ -190,9 +206,9 @@ def cuda(
     sch.decompose_reduction(rf, kc)
     _, ku = sch.split(ki, factors=[None, _divisor_at_most(k_chunk, unroll)])
     sch.unroll(ku)
-    if conv or swiglu:
+    if conv or swiglu or residual:
         sch.set_scope(blk, 0, "shared")
-        for name in ("swiglu",) if swiglu else ("conv", "store"):
+        for name in ("swiglu",) if swiglu else ("conv", "store") if conv else ("residual",):
             block = sch.get_sblock(name)
             sch.reverse_compute_at(block, ny, preserve_unit_loops=True)
             b, n, *_ = sch.get_loops(block)[2:]
@@ -201,10 +217,17 @@ def cuda(
 
 
 def uses_tensor_cores(
-    cfg: DecodeConfig, proj: str, conv: bool = False, norm: bool = False, swiglu: bool = False
+    cfg: DecodeConfig,
+    proj: str,
+    conv: bool = False,
+    norm: bool = False,
+    swiglu: bool = False,
+    rmsnorm: bool = False,
+    residual: bool = False,
 ) -> bool:
     """The default: tensor cores for bf16 weights, whole 16-lane tiles from `TENSOR_CORE_LANES` lanes (from 16 at
-    `TENSOR_CORE_ROWS` rows) and whole 16 x 16 tiles of w, no conv or norm stage (those variants run at B = 1)."""
+    `TENSOR_CORE_ROWS` rows) and whole 16 x 16 tiles of w, no prologue or conv/residual epilogue (those variants run
+    at B = 1)."""
     n_rows, n_cols = cfg.model.projections[proj]
     return (
         cfg.weight_dtype == "bfloat16"
@@ -212,7 +235,7 @@ def uses_tensor_cores(
         and cfg.batch % mma.TILE == 0
         and n_rows // (2 if swiglu else 1) % mma.TILE == 0
         and n_cols % mma.TILE == 0
-        and not (conv or norm)
+        and not (conv or norm or rmsnorm or residual)
     )
 
 
@@ -368,6 +391,17 @@ def _head_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) 
     b, h, d = sch.get_loops(sumsq)[-3:]
     sch.bind(sch.split(sch.fuse(b, h), factors=[None, row_threads])[1], "threadIdx.y")
     sch.bind(sch.split(d, factors=[None, threads_per_row])[1], "threadIdx.x")
+
+
+def _row_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) -> None:
+    """Block "sumsq" of the rmsnorm prologue at the start of each CTA, into shared memory: lane by lane, each lane's
+    row reduced by all of the CTA's threads (an allreduce over threadIdx.y and threadIdx.x)."""
+    sumsq = sch.get_sblock("sumsq")
+    sch.compute_at(sumsq, bx, preserve_unit_loops=True)
+    sch.set_scope(sumsq, 0, "shared")
+    _, ty, tx = sch.split(sch.get_loops(sumsq)[-1], factors=[None, row_threads, threads_per_row])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
 
 
 def cuda_layout(

@@ -109,9 +109,10 @@ def assert_matches_hf(hf, request: Request, tokens: list[int], logits: list[np.n
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_greedy_decode_matches_transformers(tmp_path, rng, dtype, tied):
     """64 greedy tokens after a 5-token prompt: every step's logits within the tolerance of the dtype (float32: 1e-4,
-    bf16 weights and KV: the layer tolerance), the same tokens."""
+    bf16 weights and KV: the layer tolerance), the same tokens. B = 1: the plan with `fusions.block_stages`."""
     hf = save_hf_model(tmp_path, int(rng.integers(2**31)), tied, dtype)
     model = ours(tmp_path, dtype)
+    assert "gemv_down_proj_residual" in model.bound.launched  # B = 1: the layer norms inside the GEMVs
     request = Request(prompt=rng.integers(0, TINY["vocab_size"], 5).tolist(), max_new_tokens=STEPS)
     model.start(request)
     tokens, logits = decode(model, {0: request})

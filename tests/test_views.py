@@ -9,7 +9,7 @@ import pytest
 import tvm
 
 from gdn_tvm.config import STACKED, DecodeConfig, preset
-from gdn_tvm.plan import attention, fusions, step_ops
+from gdn_tvm.plan import attention, fusions, model, step_ops
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.runtime.weights import random_weights, unstack, upload
 from gdn_tvm.signature import ArgumentError
@@ -64,3 +64,23 @@ def test_every_preset_stacks_its_projections_at_b1_only():
         assert "gemv_in_proj_conv" in step_ops(one) and "gemv_in_proj_qkv" in step_ops(two)
         assert step_ops(one, ("gdn",)) == ["gemv_in_proj_conv", "delta_rule_fused", "gemv_out_proj_norm"]
         assert len(step_ops(two, ("gdn",))) == 8
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-0.8b", "qwen3.5-4b"])
+def test_block_stages_take_the_layer_norms_into_the_gemvs_at_b1(name):
+    """At B = 1 no norm runs inside the layers (the GEMVs reading the residual stream normalise it, those writing a
+    sublayer's output add into it in place), where the B = 2 plan launches two norms a layer."""
+    one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
+    assert fusions(one).block_stages and not fusions(two).block_stages
+    fused, plain = model(one), model(two)
+    assert "add_rmsnorm" not in fused.ops and fused.ops.count("rmsnorm") == 1
+    layers = len(one.model.layer_types)
+    assert sum(launch.op == "rmsnorm" for launch in fused.launches) == 1
+    assert sum(launch.op == "add_rmsnorm" for launch in plain.launches) == 2 * layers
+    residual_writers = [launch for launch in fused.launches if launch.op.endswith("_residual")]
+    assert len(residual_writers) == 2 * layers and all(
+        launch.args["residual"] == "hidden" for launch in residual_writers
+    )
+    for launch in fused.launches:
+        if launch.op.startswith("gemv_") and "_rmsnorm" in launch.op:
+            assert launch.args["x"] == "hidden" and launch.args["norm_weight"].endswith("layernorm")

@@ -3,6 +3,7 @@
 import numpy as np
 
 from gdn_tvm.reference.activations import silu
+from gdn_tvm.reference.add_rmsnorm import rmsnorm
 from gdn_tvm.reference.causal_conv1d_silu import causal_conv1d_silu
 from gdn_tvm.reference.gated_rmsnorm import gated_rmsnorm
 
@@ -39,3 +40,50 @@ def gemv_norm(
     normed = np.empty(x.shape).reshape(heads)
     gated_rmsnorm(x.reshape(heads), z.reshape(heads), norm_weight, normed, rms_norm_eps=rms_norm_eps)
     y[...] = normed.reshape(x.shape) @ w.T
+
+
+def gemv_rmsnorm(w: np.ndarray, x: np.ndarray, norm_weight: np.ndarray, y: np.ndarray, *, rms_norm_eps: float) -> None:
+    """w: [N, K]; x: [B, K] (the residual stream); norm_weight: [K] (zero-centred) -> y[:] = rmsnorm(x) @ w.T."""
+    y[...] = _normed(x, norm_weight, rms_norm_eps) @ w.T
+
+
+def gemv_rmsnorm_conv(
+    w: np.ndarray,
+    x: np.ndarray,
+    norm_weight: np.ndarray,
+    conv_weight: np.ndarray,
+    state: np.ndarray,
+    slots: np.ndarray,
+    y: np.ndarray,
+    *,
+    rms_norm_eps: float,
+) -> None:
+    """`gemv_conv` of rmsnorm(x) (norm_weight: [K], zero-centred)."""
+    gemv_conv(w, _normed(x, norm_weight, rms_norm_eps), conv_weight, state, slots, y)
+
+
+def gemv_rmsnorm_swiglu(
+    w: np.ndarray, x: np.ndarray, norm_weight: np.ndarray, y: np.ndarray, *, rms_norm_eps: float
+) -> None:
+    """`gemv_swiglu` of rmsnorm(x) (norm_weight: [K], zero-centred)."""
+    gemv_swiglu(w, _normed(x, norm_weight, rms_norm_eps), y)
+
+
+def gemv_residual(w: np.ndarray, x: np.ndarray, residual: np.ndarray) -> None:
+    """w: [N, K], x: [B, K]; residual: [B, N], in place: residual += x @ w.T."""
+    residual += x @ w.T
+
+
+def gemv_norm_residual(
+    w: np.ndarray, x: np.ndarray, z: np.ndarray, norm_weight: np.ndarray, residual: np.ndarray, *, rms_norm_eps: float
+) -> None:
+    """`gemv_norm` added into residual: [B, N] in place."""
+    y = np.empty(residual.shape)
+    gemv_norm(w, x, z, norm_weight, y, rms_norm_eps=rms_norm_eps)
+    residual += y
+
+
+def _normed(x: np.ndarray, norm_weight: np.ndarray, eps: float) -> np.ndarray:
+    normed = np.empty(x.shape)
+    rmsnorm(x, norm_weight, normed, rms_norm_eps=eps)
+    return normed
