@@ -109,6 +109,7 @@ class ModelConfig:
 
 
 STOP_IDS = 8  # entries of a model step's stop-token list (a model's EOS ids, padded with -1)
+ARGMAX_CHUNKS, ARGMAX_MIN_CHUNK = 256, 64  # `argmax`'s first stage: chunks of a row at most, logits a chunk at least
 DTYPE_FIELDS = ("weight_dtype", "kv_dtype", "state_dtype")  # the `DecodeConfig` fields holding a `DTYPES` name
 
 
@@ -148,6 +149,13 @@ class DecodeConfig:
     def n_splits(self) -> int:
         """Split-KV chunks covering `max_len`."""
         return math.ceil(self.max_len / self.split_len)
+
+    @property
+    def argmax_chunks(self) -> int:
+        """Chunks C of a lane's logits in `argmax`'s first stage, each of `ceil(V / C)` but the last (none empty):
+        ARGMAX_CHUNKS in a long row (256 of 970 at V = 248,320), fewer of about ARGMAX_MIN_CHUNK in a short one."""
+        V = self.model.vocab_size
+        return math.ceil(V / max(ARGMAX_MIN_CHUNK, math.ceil(V / ARGMAX_CHUNKS)))
 
     def replace(self, **changes) -> DecodeConfig:
         """A copy with some fields changed (`model` fields are accepted too)."""

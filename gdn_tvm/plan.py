@@ -382,10 +382,10 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     embedding -> per layer: RMSNorm (with the residual add from the second layer on), its mixer's plan (under
     `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
     epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
-    `sample` (`argmax` without `sampling`: every lane greedy, two passes over the logits where `sample` makes about
-    85) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots on. With
-    `fusions.block_stages` a layer's norms are the prologues of the GEMVs after them and its residual adds the
-    epilogues of those before them (the final norm a plain `rmsnorm`)."""
+    `sample` (`argmax` without `sampling`: every lane greedy, the row read by many CTAs where `sample` makes about
+    85 passes over it) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots
+    on. With `fusions.block_stages` a layer's norms are the prologues of the GEMVs after them and its residual adds
+    the epilogues of those before them (the final norm a plain `rmsnorm`)."""
     m, B = cfg.model, cfg.batch
     if m.intermediate_size is None:
         raise ValueError(f"{m.name}: no dense MLP (mixture-of-experts models are not planned)")
@@ -441,7 +441,9 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
         draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}
         p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled)
     else:
-        p.launch("argmax", logits=logits, tokens=sampled)
+        chunks = (B, cfg.argmax_chunks)
+        first = p.add("chunk_first", chunks, "act", "int32")
+        p.launch("argmax", logits=logits, chunk_max=p.act("chunk_max", *chunks), chunk_first=first, tokens=sampled)
     lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}
     events = p.add("events", (2, B), "act", "int32")
     p.launch("advance", sampled=sampled, **lanes, ids="ids", events=events)

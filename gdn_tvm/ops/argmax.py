@@ -1,7 +1,10 @@
-"""argmax: each lane's greedy token, the first index of its largest logit: the sampler of a model that decodes
-greedily (`plan.model(..., sampling=False)`), two passes over the row where `sample` makes about 85.
+"""argmax: each lane's greedy token, the first index of its largest logit (`np.argmax`, and the token `sample` picks
+for a greedy lane): the sampler of a model that decodes greedily (`plan.model(..., sampling=False)`).
 
-Blocks "max" and "argmax" are `sample`'s own first two passes (`greedy_passes`), so the two ops pick the same token.
+Two stages, so that many CTAs share a lane's row: per (lane, chunk) the chunk's largest logit and the row index of its
+first occurrence (the row cut into `cfg.argmax_chunks` chunks: 256 of 970 logits at V = 248,320), written to
+`chunk_max` and `chunk_first`; then per lane the largest chunk max and the smallest first index among the chunks
+holding it, which is the row's first largest.
 """
 
 from __future__ import annotations
@@ -19,46 +22,80 @@ def peaked_logits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """logits: [B, V] float32 (finite) -> tokens: [B] int32."""
-    B, V = cfg.batch, cfg.model.vocab_size
-    return [Arg("logits", (B, V), sample=peaked_logits), Arg("tokens", (B,), "int32", role="out")]
-
-
-def greedy_passes(logits, vmax, first, b, V: int) -> None:
-    """Blocks "max" (`vmax[b]`, the lane's largest logit) and "argmax" (`first[b]`, the first index holding it),
-    expanded in the calling prim_func body under its lane loop `b`."""
-
-    @T.macro
-    def passes():
-        for i in range(V):
-            with T.sblock("max"):
-                vb, vi = T.axis.remap("SR", [b, i])
-                with T.init():
-                    vmax[vb] = T.min_value("float32")
-                vmax[vb] = T.max(vmax[vb], logits[vb, vi])
-        for i in range(V):
-            with T.sblock("argmax"):
-                vb, vi = T.axis.remap("SR", [b, i])
-                with T.init():
-                    first[vb] = T.max_value("int32")  # the min reducer's identity (TVM matches it)
-                first[vb] = T.min(first[vb], T.Select(logits[vb, vi] == vmax[vb], vi, T.max_value("int32")))
-
-    passes()
+    """logits: [B, V] float32 (no NaN) -> chunk_max: [B, C] float32, chunk_first: [B, C] int32 (the first stage's
+    per-chunk results, each chunk's largest logit and the row index of its first occurrence), tokens: [B] int32."""
+    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.argmax_chunks
+    return [
+        Arg("logits", (B, V), sample=peaked_logits),
+        Arg("chunk_max", (B, C), role="out"),
+        Arg("chunk_first", (B, C), "int32", role="out"),
+        Arg("tokens", (B,), "int32", role="out"),
+    ]
 
 
 def make_argmax(cfg: DecodeConfig):
-    """Blocks "max", "argmax" (per lane, `greedy_passes`) and "token"."""
-    B, V = cfg.batch, cfg.model.vocab_size
+    """Per (lane, chunk): blocks "chunk_max" (the chunk's largest logit), "chunk_first" (the row index of its first
+    occurrence) and "chunk_out" (both out to `chunk_max`, `chunk_first`). Per lane: "row_max" (the largest chunk
+    max), "row_first" (the smallest first index among the chunks holding it) and "token".
+
+    The last chunk reads the row's last logit again in place of those past V (its max and first index stay). A max
+    starts at the lowest finite float32 (TVM's cross-thread reductions take only their reducers' own identities,
+    `T.min_value`), which every logit but -inf reaches; where none does (all -inf) the index pass finds none
+    (`T.max_value`), and "chunk_out" / "token" take the first index and its -inf, as `np.argmax` does."""
+    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.argmax_chunks
+    L = -(-V // C)  # logits a chunk (the last one's `V - (C - 1) L`: 1 to L)
+    NONE = T.max_value("int32")  # the min reducer's identity: no index found
+
+    def logit(logits, b, c, i):
+        """Logit `i` of lane b's chunk c, the row's last one past its end."""
+        return logits[b, T.min(c * L + i, V - 1)]
 
     @T.prim_func(s_tir=True)
-    def argmax(logits: T.Buffer((B, V), "float32"), tokens: T.Buffer((B,), "int32")):
+    def argmax(
+        logits: T.Buffer((B, V), "float32"),
+        chunk_max: T.Buffer((B, C), "float32"),
+        chunk_first: T.Buffer((B, C), "int32"),
+        tokens: T.Buffer((B,), "int32"),
+    ):
         T.func_attr({"tirx.noalias": True})
-        vmax = T.sblock_alloc_buffer((B,), "float32")
-        first = T.sblock_alloc_buffer((B,), "int32")
+        cmax = T.sblock_alloc_buffer((B, C), "float32")
+        cfirst = T.sblock_alloc_buffer((B, C), "int32")
+        rmax = T.sblock_alloc_buffer((B,), "float32")
+        rfirst = T.sblock_alloc_buffer((B,), "int32")
+        for b, c in T.grid(B, C):
+            for i in range(L):
+                with T.sblock("chunk_max"):
+                    vb, vc, vi = T.axis.remap("SSR", [b, c, i])
+                    with T.init():
+                        cmax[vb, vc] = T.min_value("float32")
+                    cmax[vb, vc] = T.max(cmax[vb, vc], logit(logits, vb, vc, vi))
+            for i in range(L):
+                with T.sblock("chunk_first"):
+                    vb, vc, vi = T.axis.remap("SSR", [b, c, i])
+                    with T.init():
+                        cfirst[vb, vc] = NONE
+                    cfirst[vb, vc] = T.min(
+                        cfirst[vb, vc], T.Select(logit(logits, vb, vc, vi) == cmax[vb, vc], vc * L + vi, NONE)
+                    )
+            with T.sblock("chunk_out"):
+                vb, vc = T.axis.remap("SS", [b, c])
+                chunk_max[vb, vc] = T.Select(cfirst[vb, vc] == NONE, logits[vb, vc * L], cmax[vb, vc])
+                chunk_first[vb, vc] = T.Select(cfirst[vb, vc] == NONE, vc * L, cfirst[vb, vc])
         for b in range(B):
-            greedy_passes(logits, vmax, first, b, V)
+            for c in range(C):
+                with T.sblock("row_max"):
+                    vb, vc = T.axis.remap("SR", [b, c])
+                    with T.init():
+                        rmax[vb] = T.min_value("float32")
+                    rmax[vb] = T.max(rmax[vb], chunk_max[vb, vc])
+            for c in range(C):
+                with T.sblock("row_first"):
+                    vb, vc = T.axis.remap("SR", [b, c])
+                    with T.init():
+                        rfirst[vb] = NONE
+                    rfirst[vb] = T.min(rfirst[vb], T.Select(chunk_max[vb, vc] == rmax[vb], chunk_first[vb, vc], NONE))
             with T.sblock("token"):
                 vb = T.axis.spatial(B, b)
-                tokens[vb] = first[vb]
+                tokens[vb] = T.Select(rfirst[vb] == NONE, 0, rfirst[vb])
 
     return argmax

@@ -17,7 +17,7 @@ import numpy as np
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.argmax import greedy_passes, peaked_logits
+from gdn_tvm.ops.argmax import peaked_logits
 from gdn_tvm.philox import KEY_STEPS, MULTIPLIERS, ROUNDS, UNIFORM_BITS
 from gdn_tvm.signature import Arg
 
@@ -102,14 +102,14 @@ def _philox_round(ctr, seed, b, r, w):
 
 
 def make_sample(cfg: DecodeConfig):
-    """Per lane (blocks in order): "max" and "argmax" (the greedy token); "topk_carry" / "topk_count" / "topk_step"
-    (the top-k threshold key, a bit a step); "topk_mass" (the candidates' total weight); "topp_carry" / "topp_mass" /
-    "topp_step" (the top-p threshold key); "kept_mass" and "last" (the kept tokens' total weight and last index);
-    "philox_carry" / "philox_round" (the uniform number); "cdf_carry" / "cdf_mass" / "cdf_step" (the drawn index, a
-    bit a step); "token". A token's weight is `exp((logit - max) / temperature)`; it is kept when its key is at least
-    both thresholds. A search's state before a step (written by its "carry" block: the start, or the previous step's
-    result) and after it are separate buffers, so no block reads what it writes (schedules can then bind the lane
-    loop)."""
+    """Per lane (blocks in order): "max" and "argmax" (the greedy token: the first index of the largest logit, the
+    token the `argmax` op picks); "topk_carry" / "topk_count" / "topk_step" (the top-k threshold key, a bit a step);
+    "topk_mass" (the candidates' total weight); "topp_carry" / "topp_mass" / "topp_step" (the top-p threshold key);
+    "kept_mass" and "last" (the kept tokens' total weight and last index); "philox_carry" / "philox_round" (the
+    uniform number); "cdf_carry" / "cdf_mass" / "cdf_step" (the drawn index, a bit a step); "token". A token's weight
+    is `exp((logit - max) / temperature)`; it is kept when its key is at least both thresholds. A search's state
+    before a step (written by its "carry" block: the start, or the previous step's result) and after it are separate
+    buffers, so no block reads what it writes (schedules can then bind the lane loop)."""
     B, V = cfg.batch, cfg.model.vocab_size
     NB = V.bit_length()  # index bits: every index and V itself are below 2**NB
     R = ROUNDS
@@ -175,7 +175,18 @@ def make_sample(cfg: DecodeConfig):
         pos = T.sblock_alloc_buffer((B, NB), "int32")  # drawn index before each step
         pos_step = T.sblock_alloc_buffer((B, NB), "int32")  # and after it
         for b in range(B):
-            greedy_passes(logits, vmax, first, b, V)
+            for i in range(V):
+                with T.sblock("max"):
+                    vb, vi = T.axis.remap("SR", [b, i])
+                    with T.init():
+                        vmax[vb] = T.min_value("float32")
+                    vmax[vb] = T.max(vmax[vb], logits[vb, vi])
+            for i in range(V):
+                with T.sblock("argmax"):
+                    vb, vi = T.axis.remap("SR", [b, i])
+                    with T.init():
+                        first[vb] = T.max_value("int32")  # the min reducer's identity (TVM matches it)
+                    first[vb] = T.min(first[vb], T.Select(logits[vb, vi] == vmax[vb], vi, T.max_value("int32")))
             for n in range(KEY_BITS):
                 with T.sblock("topk_carry"):
                     vb, vn = T.axis.remap("SS", [b, n])
