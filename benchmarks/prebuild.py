@@ -1,7 +1,8 @@
 """Prebuild the CUDA modules the GPU benchmarks load, on any machine with the CUDA headers (the
 pinned NVRTC compiles through a stub driver: no GPU needed).
 
-python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D] [--model]
+python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
+    [--model [--cases PRESET:BATCH ...]]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
 schedule; none for a config without any log), and under `<out>/dlight/` the op
@@ -46,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="build/bench")
     p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
     p.add_argument("--model", action="store_true", help="only the whole-model benchmark's builds, under OUT/model")
+    p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="with --model: these PRESET:BATCH cases")
     add_dtype_arguments(p)
     args = p.parse_args(argv)
     if args.model:
-        for case in MODEL_CASES:
+        for case in args.cases:
             name, batch = case.split(":")
             cfg = model_config(name, int(batch))
             names = list(dict.fromkeys(model_plan(cfg).ops + model_plan(cfg, sampling=False).ops))
