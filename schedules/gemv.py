@@ -38,6 +38,14 @@ MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the L
 STAGES = 2
 SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
 
+# A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
+# The gated norm always (its per-head sums then warp allreduces: no CTA barrier a head), the rmsnorm where every SM
+# still gets two CTAs. H200, bf16, B=1 (h200_sweeps_block_stages.jsonl, us, plain-GEMV default -> this): qwen3.5-0.8b
+# out_proj_norm_residual 8.50 -> 4.56, in_proj_rmsnorm_conv 8.54 -> 8.27; qwen3.5-4b in_proj_rmsnorm_conv 22.22 ->
+# 19.70, gate_up_proj_rmsnorm_swiglu 26.85 -> 25.02, qkv_proj_rmsnorm 17.97 -> 16.25 (each the best of 29 designs
+# or within 0.5% of it; 0.8b gate|up, 224 CTAs of 16 rows, keeps the plain default, its best).
+PROLOGUE_ROWS = {"norm": (8, 1), "rmsnorm": (16, 2)}
+
 # The knob grids a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times: CUDA cores, then tensor
 # cores (for bf16 weights and lanes in 16s; `n_frags`/`m_frags`: 16 x 16 tiles a warp holds along N / B).
 KNOBS = (
@@ -148,7 +156,7 @@ def cuda(
         layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, gpu)
         return _cuda_tensor_cores(sch, swiglu, *layout)
     vector = vector or per_load(cfg.weight_dtype)
-    prologue = norm or rmsnorm
+    prologue = "norm" if norm else "rmsnorm" if rmsnorm else ""
     layout = cuda_layout(
         cfg, proj, rows, threads_per_row, vector, batch_tile, smem_bytes, rows_per_thread, prologue, gpu, swiglu
     )
@@ -413,31 +421,39 @@ def cuda_layout(
     batch_tile: int = 16,
     smem_bytes: int = 24576,
     rows_per_thread: int | None = None,
-    norm: bool = False,
+    prologue: str = "",
     gpu: GpuSpec = DEFAULT_GPU,
     swiglu: bool = False,
 ) -> tuple[int, int, int, int, int]:
     """`(rows, threads_per_row, lanes per B tile, K steps per smem chunk, rows per thread)` of the CUDA schedule
-    (`norm`: at least 2 rows a CTA by default; `swiglu`: rows are output rows, N/2 of them, each two rows of w, and
-    2 a thread by default from 8 lanes on: the 4 rows of w of the plain default).
+    (`prologue` "norm" or "rmsnorm": see `PROLOGUE_ROWS`; `swiglu`: rows are output rows, N/2 of them, each two rows
+    of w, and 2 a thread by default from 8 lanes on: the 4 rows of w of the plain default).
 
     The grid is `N / rows * ceil(B / lanes)` CTAs of `rows / rows_per_thread * threads_per_row` threads; one K
     step is `threads_per_row * vector` columns (default `vector`: a 16-byte load of the weight dtype).
     """
     vector = vector or per_load(cfg.weight_dtype)
-    if rows_per_thread is None:
-        rows_per_thread = (2 if swiglu else 4) if cfg.batch >= MANY_LANES else 1
     n_rows, n_cols = cfg.model.projections[proj]
     n_rows //= 2 if swiglu else 1
     b_tiles = math.ceil(cfg.batch / batch_tile)
     flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0
-    if rows is None:
-        rows = WIDE_ROWS if flop_bound else max(rows_per_thread, 2 if norm and n_rows % 2 == 0 else 1)
+    wide = (  # the prologue's layout where it applies (else the plain one, at least 2 rows a CTA: a stage for x)
+        not flop_bound
+        and prologue in PROLOGUE_ROWS
+        and n_rows % PROLOGUE_ROWS[prologue][0] == 0
+        and (prologue == "norm" or n_rows // PROLOGUE_ROWS[prologue][0] * b_tiles >= 2 * gpu.sms)
+    )
+    if rows_per_thread is None:
+        rows_per_thread = (2 if swiglu else 4) if cfg.batch >= MANY_LANES else PROLOGUE_ROWS[prologue][1] if wide else 1
+    if rows is None and wide:
+        rows = PROLOGUE_ROWS[prologue][0]
+    elif rows is None:
+        rows = WIDE_ROWS if flop_bound else max(rows_per_thread, 2 if prologue and n_rows % 2 == 0 else 1)
         while rows < 8 * rows_per_thread and n_rows % (2 * rows) == 0 and n_rows // (2 * rows) * b_tiles >= 2 * gpu.sms:
             rows *= 2
     if rows % rows_per_thread or n_rows % rows:
         raise ValueError(f"{proj}: {rows} rows a CTA do not split into {rows_per_thread} a thread or divide {n_rows}")
-    if threads_per_row is None and flop_bound:
+    if threads_per_row is None and (flop_bound or wide):
         threads_per_row = 32
     elif threads_per_row is None:  # a power of two dividing K / vector; up to 1024 when there are too few CTAs
         threads_per_row = (

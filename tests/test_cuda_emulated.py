@@ -100,6 +100,32 @@ def test_swiglu_knob_grid_is_refused_or_right(dtype, rng):
     assert _knob_grid_checked(op, cfg, rng) == 1 + len(fits)
 
 
+@pytest.mark.parametrize(
+    ("name", "changes"),
+    [
+        ("gemv_gate_up_proj_rmsnorm_swiglu", {"intermediate_size": 512}),
+        ("gemv_out_proj_norm_residual", {"hidden": 256}),
+    ],
+)
+def test_block_stage_knob_grids_are_refused_or_right(name, changes, rng):
+    """Every CUDA-core design of the GEMV knob grid on a prologue variant (rmsnorm + SwiGLU, gated norm + residual)
+    matches the reference, or is refused where it has no stage for x (one row a CTA), its rows do not split into rows
+    a thread, its CTA would exceed 1024 threads, or its threads do not divide what its prologue sums (the whole row:
+    K; a head: Dv)."""
+    op, cfg = OPS[name], CASES["4b-B3"].replace(weight_dtype="bfloat16", **changes)
+    n_rows, n_cols = cfg.model.projections[op.flags["proj"]]
+    n_rows //= 2 if op.flags.get("swiglu") else 1
+
+    def fits(k: dict) -> bool:
+        threads = k["rows"] // k["rows_per_thread"] * k["threads_per_row"]
+        summed = n_cols if op.flags.get("rmsnorm") else cfg.model.head_v_dim
+        split = threads if op.flags.get("rmsnorm") else k["threads_per_row"]
+        return k["rows"] > 1 and k["rows"] % k["rows_per_thread"] == 0 and threads <= 1024 and summed % split == 0
+
+    designs = [k for k in knob_grid(op, "cuda")[1:] if not k["tensor_cores"] and n_rows % k["rows"] == 0]
+    assert _knob_grid_checked(op, cfg, rng) == 1 + sum(map(fits, designs))
+
+
 def _knob_grid_checked(op, cfg, rng) -> int:
     """How many designs of `op`'s CUDA knob grid the schedule accepts at `cfg`; each of them must match the
     reference in the emulation."""

@@ -29,8 +29,8 @@ KNOBS = {  # (proj, batch, cuda knobs, x staged in shared memory)
 }
 
 
-def _cfg(batch: int) -> DecodeConfig:
-    return DecodeConfig(preset("qwen3.5-0.8b"), batch=batch)
+def _cfg(batch: int, model: str = "qwen3.5-0.8b") -> DecodeConfig:
+    return DecodeConfig(preset(model), batch=batch)
 
 
 def _check(name: str, cfg: DecodeConfig, target, rng, **knobs) -> None:
@@ -115,6 +115,22 @@ def test_cuda_default_layout(proj, batch, layout):
 
 
 @pytest.mark.parametrize(
+    "model, proj, prologue, swiglu, layout",
+    [
+        ("qwen3.5-0.8b", "out_proj", "norm", False, (8, 32, 1, 8, 1)),  # 128 CTAs, a warp a row (and a head at a time)
+        ("qwen3.5-0.8b", "in_proj", "rmsnorm", False, (16, 32, 1, 4, 2)),  # 514 CTAs of 16 rows, 2 a thread
+        ("qwen3.5-0.8b", "gate_up_proj", "rmsnorm", True, (8, 32, 1, 4, 1)),  # 16 rows: 224 CTAs, < 2 an SM
+        ("qwen3.5-4b", "gate_up_proj", "rmsnorm", True, (16, 32, 1, 10, 2)),  # 576 CTAs
+        ("qwen3.5-4b", "out_proj", "", False, (8, 32, 1, 16, 1)),  # no prologue: the plain default
+    ],
+)
+def test_prologue_default_layouts_take_wider_ctas(model, proj, prologue, swiglu, layout):
+    """Every CTA recomputes a prologue: the defaults give the CTA more rows than the plain GEMV's (PROLOGUE_ROWS)."""
+    cfg = _cfg(1, model=model).replace(weight_dtype="bfloat16")
+    assert cuda_layout(cfg, proj, prologue=prologue, swiglu=swiglu) == layout
+
+
+@pytest.mark.parametrize(
     "batch, layout",
     [
         (1, (8, 32, 1, 8, 1)),  # 8 gate/up pairs (16 rows of w) a CTA, a warp a pair: 448 CTAs x 256 threads
@@ -138,10 +154,11 @@ def test_lm_head_grid_covers_the_vocabulary(batch, grid, warps):
 
 @pytest.mark.parametrize("model", PRESETS)
 def test_mlp_gemvs_apply_where_the_mlp_is_dense(model):
-    """`Op.applies`: every op but the dense MLP's two GEMVs on the mixture-of-experts presets."""
+    """`Op.applies`: every op but the dense MLP's GEMVs (each variant) on the mixture-of-experts presets."""
     cfg = DecodeConfig(preset(model))
     missing = {name for name, op in OPS.items() if not op.applies(cfg)}
-    assert missing == (set() if cfg.model.intermediate_size else {SWIGLU, "gemv_down_proj"})
+    mlp = {SWIGLU, "gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj", "gemv_down_proj_residual"}
+    assert missing == (set() if cfg.model.intermediate_size else mlp)
 
 
 @pytest.mark.gpu
