@@ -121,6 +121,12 @@ UNTUNED = (
     "gemv_gate_up_proj_swiglu",
     "gemv_down_proj",
     "gemv_lm_head",
+    "gemv_in_proj_rmsnorm_conv",
+    "gemv_qkv_proj_rmsnorm",
+    "gemv_gate_up_proj_rmsnorm_swiglu",
+    "gemv_out_proj_norm_residual",
+    "gemv_o_proj_residual",
+    "gemv_down_proj_residual",
 )
 TUNED = [name for name in OPS if name not in UNTUNED]
 # The shapes whose every workload of `TUNED` has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
