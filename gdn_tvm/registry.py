@@ -157,6 +157,11 @@ _ENTRIES = [
         exact=True,
         ref_params=("kv_dtype",),
     ),
+    _entry(
+        "attention_prologue",
+        _dims(*_CACHE, "n_rot", "rope_theta", "rms_norm_eps", "weight_dtype", "kv_dtype"),
+        ref_params=("rms_norm_eps", "rope_theta", "partial_rotary_factor", "kv_dtype"),
+    ),
     _entry("decode_attention", _dims(*_CACHE, "split_len", "kv_dtype")),
     _entry(
         "decode_attention",

@@ -60,7 +60,8 @@ def test_bf16_op_cases_cover_every_dtype_reader():
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if any(p.endswith("_eps") for p in op.ref_params)])
 def test_norm_eps_comes_from_the_config(name, rng):
     """At a norm epsilon other than the presets' 1e-6 (`rms_norm_eps`, `l2_norm_eps`) the kernel matches its
-    reference, and its outputs move away from those of the default-epsilon kernel on the same inputs."""
+    reference, and its outputs (but a copy: attention_prologue's gate) move away from those of the default-epsilon
+    kernel on the same inputs."""
     op, cfg = OPS[name], CASES["0.8b-B1"]
     other = cfg.replace(**{p: 0.5 for p in op.ref_params if p.endswith("_eps")})
     check_op_against_reference(op, other, llvm(), rng)
@@ -70,7 +71,9 @@ def test_norm_eps_comes_from_the_config(name, rng):
     for c in (cfg, other):
         call = {k: np.copy(v) for k, v in values.items()}
         compile_op(op, c, llvm())(**call)
-        outs.append([call[a.name] for a in args if a.role == "out"])
+        outs.append(
+            [call[a.name] for a in args if a.role == "out" and (name, a.name) != ("attention_prologue", "gate")]
+        )
     for default, changed in zip(*outs, strict=True):
         assert mismatch(changed, default, TOL_OP), f"{name}: the epsilon changed no output"
 

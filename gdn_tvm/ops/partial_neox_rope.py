@@ -34,10 +34,6 @@ def make_partial_neox_rope(cfg: DecodeConfig):
     B, Hq, Hkv, D, n_rot = cfg.batch, m.n_q_heads, m.n_kv_heads, m.head_dim, m.n_rot
     H, half, theta = Hq + Hkv, m.n_rot // 2, m.rope_theta
 
-    def angle(position, i):
-        """float64 `position * theta^(-2i/n_rot)`."""
-        return T.cast(position, "float64") * T.pow(T.float64(theta), T.cast(i, "float64") * T.float64(-2 / n_rot))
-
     @T.prim_func(s_tir=True)
     def partial_neox_rope(
         q: T.Buffer((B, Hq, D), "float32"),
@@ -52,8 +48,8 @@ def make_partial_neox_rope(cfg: DecodeConfig):
         for b, i in T.grid(B, half):
             with T.sblock("angle"):
                 vb, vi = T.axis.remap("SS", [b, i])
-                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi)))
-                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi)))
+                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi, theta, n_rot)))
+                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi, theta, n_rot)))
         for b, h in T.grid(B, H):
             for i in range(half):
                 with T.sblock("rotate"):
@@ -77,3 +73,8 @@ def make_partial_neox_rope(cfg: DecodeConfig):
                         k_out[vb, vh - Hq, n_rot + vd] = k[vb, vh - Hq, n_rot + vd]
 
     return partial_neox_rope
+
+
+def angle(position, i, theta: float, n_rot: int):
+    """float64 `position * theta^(-2i/n_rot)` of rotated pair i: a TIR expression."""
+    return T.cast(position, "float64") * T.pow(T.float64(theta), T.cast(i, "float64") * T.float64(-2 / n_rot))
