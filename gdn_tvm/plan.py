@@ -81,15 +81,12 @@ class Fusions:
     block_stages: the decoder layer's RMSNorms as the prologues of the GEMVs reading the residual stream (the
       stacked mixer input, gate|up) and its residual adds as the epilogues of those writing a sublayer's output
       (out_proj, o_proj, down_proj): no norm launch inside the model's layers. At B = 1 where both mixers' inputs
-      are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile.
-    attention_prologue: the attention layer's q/gate split, q/k RMSNorm, RoPE and KV scatter as one kernel
-      (`attention_prologue`): at B = 1."""
+      are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile."""
 
     stacked: frozenset[str]
     gdn_stages: bool
     split_kv: bool
     block_stages: bool
-    attention_prologue: bool
 
 
 def fusions(cfg: DecodeConfig) -> Fusions:
@@ -105,7 +102,6 @@ def fusions(cfg: DecodeConfig) -> Fusions:
         gdn_stages=cfg.batch == 1,
         split_kv=cfg.n_splits > 1,
         block_stages=cfg.batch == 1 and stacked == frozenset(STACKED),
-        attention_prologue=cfg.batch == 1,
     )
 
 
@@ -326,9 +322,9 @@ def gdn(cfg: DecodeConfig, block: bool = False) -> Plan:
 
 
 def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
-    """projections -> split q/gate -> q/k RMSNorm -> RoPE -> KV scatter (one kernel with
-    `fusions.attention_prologue`) -> decode attention (split-KV + reduce with `fusions.split_kv`) -> sigmoid gate ->
-    o_proj. `block`: as `gdn`'s (the projection normalises the residual stream x, o_proj adds into it)."""
+    """projections -> `attention_prologue` (split q/gate, q/k RMSNorm, RoPE, KV scatter: one kernel) -> decode
+    attention (split-KV + reduce with `fusions.split_kv`) -> sigmoid gate -> o_proj. `block`: as `gdn`'s (the
+    projection normalises the residual stream x, o_proj adds into it)."""
     m, B = cfg.model, cfg.batch
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     p = _Builder("attention", cfg, "qkv_proj")
@@ -341,16 +337,7 @@ def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
     attn, gated = p.act("attended", B, hq, d), p.act("gated", B, hq, d)
     index = {"slots": "slots", "positions": "positions"}
     caches = {"k_cache": "k_cache", "v_cache": "v_cache", **index}
-    norms = {"q_norm": "q_norm", "k_norm": "k_norm"}
-    if p.fusions.attention_prologue:
-        p.launch("attention_prologue", q_gate=qg, k=k, v=v, **norms, **caches, q_out=qr, gate=gate)
-    else:
-        q, qn, kn = p.act("q", B, hq, d), p.act("q_normed", B, hq, d), p.act("k_normed", B, hkv, d)
-        kr = p.act("k_rotated", B, hkv, d)
-        p.launch("split_interleaved", src=qg, q=q, gate=gate)
-        p.launch("per_head_rmsnorm", q=q, k=k, **norms, q_out=qn, k_out=kn)
-        p.launch("partial_neox_rope", q=qn, k=kn, positions="positions", q_out=qr, k_out=kr)
-        p.launch("kv_row_scatter", k=kr, v=v, **caches)
+    p.launch("attention_prologue", q_gate=qg, k=k, v=v, q_norm="q_norm", k_norm="k_norm", **caches, q_out=qr, gate=gate)
     if p.fusions.split_kv:
         ns = cfg.n_splits
         partials = {"m": p.act("split_max", B, hq, ns), "l": p.act("split_sum", B, hq, ns)}

@@ -8,11 +8,12 @@ from gdn_tvm.registry import Op
 from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
 LAUNCHES = 24  # launches per timed CUDA graph, rotating over the input sets
+ROW_WRITERS = ("kv_row_scatter", "attention_prologue")  # op families that write one KV row a lane and read none
 
 
 def traffic(op: Op, cfg: DecodeConfig) -> int:
     """Bytes one launch must move: inputs and outputs once, touched state rows read and written,
-    the KV rows up to the position for attention, one row per lane for the scatter and of the embedding table (a
+    the KV rows up to the position for attention, one row per lane for the `ROW_WRITERS` and of the embedding table (a
     SwiGLU GEMV's output is its `[B, I]` product: the gate and up projections stay in the kernel)."""
     total = 0
     row = cfg.model.n_kv_heads * cfg.model.head_dim * 4
@@ -20,7 +21,7 @@ def traffic(op: Op, cfg: DecodeConfig) -> int:
         if a.alias is not None:
             continue
         if "cache" in a.name:
-            total += cfg.batch * row * (1 if op.family == "kv_row_scatter" else cfg.max_len)
+            total += cfg.batch * row * (1 if op.family in ROW_WRITERS else cfg.max_len)
         elif a.role == "state":
             total += 2 * a.nbytes * cfg.batch // cfg.slots
         elif op.family == "embedding" and a.role == "weight":

@@ -221,12 +221,13 @@ def test_cuda_build_without_a_driver_is_named(tmp_path):
 
 
 def test_dlight_ops_leave_out_what_no_rule_schedules():
-    """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention, RoPE,
-    sampling (no rule fits, or the fit leaves loops on the host) are left out rather than built unscheduled."""
+    """The benchmarks' prebuilt dlight baseline: every op a dlight rule fits, marked "dlight"; attention and its
+    prologue, RoPE, sampling (no rule fits, or the fit leaves loops on the host) are left out rather than built
+    unscheduled."""
     scheduled = dlight_ops(CFG, cuda(), list(OPS))
     names = {s.name for s in scheduled}
     assert {s.source for s in scheduled} == {"dlight"}
-    refused = ("decode_attention", "partial_neox_rope", "sample", "argmax")
+    refused = ("decode_attention", "partial_neox_rope", "attention_prologue", "sample", "argmax")
     assert names == {n for n in OPS if not n.startswith(refused)}
     assert all(s.func.attrs["tirx.is_scheduled"] for s in scheduled)
 
