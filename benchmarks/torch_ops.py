@@ -129,6 +129,44 @@ def gemv_norm(model, w, x, z, norm_weight, y, **_):
     gemv(model, w, normed, y)
 
 
+def _rms_normed(model, x, w):
+    """The decoder layer's RMSNorm of x in float32 (bf16 activations widened), zero-centred weight w."""
+    x = x.float()
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + model.rms_norm_eps) * (1.0 + w.float())
+
+
+def gemv_rmsnorm(model, w, x, norm_weight, y, **_):
+    gemv(model, w, _rms_normed(model, x, norm_weight).to(x.dtype), y)
+
+
+def gemv_rmsnorm_conv(model, w, x, norm_weight, conv_weight, state, slots, y, **_):
+    gemv_conv(model, w, _rms_normed(model, x, norm_weight).to(x.dtype), conv_weight, state, slots, y)
+
+
+def gemv_rmsnorm_swiglu(model, w, x, norm_weight, y, **_):
+    gemv_swiglu(model, w, _rms_normed(model, x, norm_weight).to(x.dtype), y)
+
+
+def gemv_residual(model, w, x, residual, **_):
+    residual.add_(x @ w.t())
+
+
+def gemv_norm_residual(model, w, x, z, norm_weight, residual, **_):
+    y = torch.empty(residual.shape, dtype=x.dtype, device=x.device)
+    gemv_norm(model, w, x, z, norm_weight, y)
+    residual.add_(y)
+
+
+def attention_prologue(model, q_gate, k, v, q_norm, k_norm, k_cache, v_cache, slots, positions, q_out, gate, **_):
+    """The four ops it fuses, one after another."""
+    d = q_out.shape[-1]
+    gate.copy_(q_gate[..., d:])
+    q_normed, k_normed, k_rotated = torch.empty_like(q_out), torch.empty_like(k), torch.empty_like(k)
+    per_head_rmsnorm(model, q_gate[..., :d], k, q_norm, k_norm, q_normed, k_normed)
+    partial_neox_rope(model, q_normed, k_normed, q_out, k_rotated, positions)
+    kv_row_scatter(model, k_rotated, v, k_cache, v_cache, slots, positions)
+
+
 def activation_dtype(op, cfg) -> torch.dtype:
     """The dtype of `op`'s baseline's activations (its float32 `in` and `out` arguments) at `cfg`: bf16 for the
     matmuls engines run in bf16, the GEMVs on bf16 weights (cuBLAS bf16, bf16 output) and attention on a bf16 cache
@@ -186,4 +224,11 @@ BASELINES = {
     "gemv_in_proj_conv": gemv_conv,
     "gemv_out_proj_norm": gemv_norm,
     "gemv_gate_up_proj_swiglu": gemv_swiglu,
+    "gemv_in_proj_rmsnorm_conv": gemv_rmsnorm_conv,
+    "gemv_qkv_proj_rmsnorm": gemv_rmsnorm,
+    "gemv_gate_up_proj_rmsnorm_swiglu": gemv_rmsnorm_swiglu,
+    "gemv_out_proj_norm_residual": gemv_norm_residual,
+    "gemv_o_proj_residual": gemv_residual,
+    "gemv_down_proj_residual": gemv_residual,
+    "attention_prologue": attention_prologue,
 }

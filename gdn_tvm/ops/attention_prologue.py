@@ -16,7 +16,7 @@ from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.ops.common import narrowed, one_plus
-from gdn_tvm.ops.partial_neox_rope import angle
+from gdn_tvm.ops.partial_neox_rope import angles
 from gdn_tvm.signature import Arg
 
 
@@ -73,11 +73,7 @@ def make_attention_prologue(cfg: DecodeConfig):
         sin = T.sblock_alloc_buffer((B, half), "float32")
         ss = T.sblock_alloc_buffer((B, H), "float32")
         normed = T.sblock_alloc_buffer((B, H, D), "float32")
-        for b, i in T.grid(B, half):
-            with T.sblock("angle"):
-                vb, vi = T.axis.remap("SS", [b, i])
-                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi, theta, n_rot)))
-                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi, theta, n_rot)))
+        angles(positions, cos, sin, B, theta, n_rot)
         for b, h in T.grid(B, H):
             for d in range(D):
                 with T.sblock("sumsq"):

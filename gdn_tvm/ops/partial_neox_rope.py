@@ -45,11 +45,7 @@ def make_partial_neox_rope(cfg: DecodeConfig):
         T.func_attr({"tirx.noalias": True})
         cos = T.sblock_alloc_buffer((B, half), "float32")
         sin = T.sblock_alloc_buffer((B, half), "float32")
-        for b, i in T.grid(B, half):
-            with T.sblock("angle"):
-                vb, vi = T.axis.remap("SS", [b, i])
-                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi, theta, n_rot)))
-                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi, theta, n_rot)))
+        angles(positions, cos, sin, B, theta, n_rot)
         for b, h in T.grid(B, H):
             for i in range(half):
                 with T.sblock("rotate"):
@@ -78,3 +74,18 @@ def make_partial_neox_rope(cfg: DecodeConfig):
 def angle(position, i, theta: float, n_rot: int):
     """float64 `position * theta^(-2i/n_rot)` of rotated pair i: a TIR expression."""
     return T.cast(position, "float64") * T.pow(T.float64(theta), T.cast(i, "float64") * T.float64(-2 / n_rot))
+
+
+def angles(positions, cos, sin, B: int, theta: float, n_rot: int) -> None:
+    """Block "angle", expanded in the calling prim_func body: `cos`, `sin` [B, n_rot/2] float32 of each lane's
+    rotated pairs, the angle in float64."""
+
+    @T.macro
+    def block():
+        for b, i in T.grid(B, n_rot // 2):
+            with T.sblock("angle"):
+                vb, vi = T.axis.remap("SS", [b, i])
+                cos[vb, vi] = T.Cast("float32", T.cos(angle(positions[vb], vi, theta, n_rot)))
+                sin[vb, vi] = T.Cast("float32", T.sin(angle(positions[vb], vi, theta, n_rot)))
+
+    block()
