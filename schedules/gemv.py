@@ -40,11 +40,15 @@ SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
 
 # A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
 # The gated norm always (its per-head sums then warp allreduces: no CTA barrier a head), the rmsnorm where every SM
-# still gets two CTAs. H200, bf16, B=1 (h200_sweeps_block_stages.jsonl, us, plain-GEMV default -> this): qwen3.5-0.8b
-# out_proj_norm_residual 8.50 -> 4.56, in_proj_rmsnorm_conv 8.54 -> 8.27; qwen3.5-4b in_proj_rmsnorm_conv 22.22 ->
-# 19.70, gate_up_proj_rmsnorm_swiglu 26.85 -> 25.02, qkv_proj_rmsnorm 17.97 -> 16.25 (each the best of 29 designs
-# or within 0.5% of it; 0.8b gate|up, 224 CTAs of 16 rows, keeps the plain default, its best).
+# still gets two CTAs and rows are at most PROLOGUE_COLS long. H200, bf16, B=1 (h200_sweeps_block_stages.jsonl, us,
+# plain-GEMV default -> this): qwen3.5-0.8b out_proj_norm_residual 8.50 -> 4.56, in_proj_rmsnorm_conv 8.54 -> 8.27;
+# qwen3.5-4b in_proj_rmsnorm_conv 22.22 -> 19.70, gate_up_proj_rmsnorm_swiglu 26.85 -> 25.02, qkv_proj_rmsnorm
+# 17.97 -> 16.25 (each the best of 29 designs or within 0.5% of it; 0.8b gate|up, 224 CTAs of 16 rows, keeps the
+# plain default, its best). Beyond the swept K = 2560, at qwen3.5-9b's 4096 (one model run each,
+# h200_model_prologue_layouts.json against h200_model_block_stages.json), in_proj lost (31.1 -> 34.3 us a launch)
+# where qkv gained (25.7 -> 23.6): longer rows keep the plain layout until a sweep says otherwise.
 PROLOGUE_ROWS = {"norm": (8, 1), "rmsnorm": (16, 2)}
+PROLOGUE_COLS = 2560
 
 # The knob grids a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times: CUDA cores, then tensor
 # cores (for bf16 weights and lanes in 16s; `n_frags`/`m_frags`: 16 x 16 tiles a warp holds along N / B).
@@ -441,7 +445,11 @@ def cuda_layout(
         not flop_bound
         and prologue in PROLOGUE_ROWS
         and n_rows % PROLOGUE_ROWS[prologue][0] == 0
-        and (prologue == "norm" or n_rows // PROLOGUE_ROWS[prologue][0] * b_tiles >= 2 * gpu.sms)
+        and (
+            prologue == "norm"
+            or n_rows // PROLOGUE_ROWS[prologue][0] * b_tiles >= 2 * gpu.sms
+            and n_cols <= PROLOGUE_COLS
+        )
     )
     if rows_per_thread is None:
         rows_per_thread = (2 if swiglu else 4) if cfg.batch >= MANY_LANES else PROLOGUE_ROWS[prologue][1] if wide else 1

@@ -121,6 +121,7 @@ def test_cuda_default_layout(proj, batch, layout):
         ("qwen3.5-0.8b", "in_proj", "rmsnorm", False, (16, 32, 1, 4, 2)),  # 514 CTAs of 16 rows, 2 a thread
         ("qwen3.5-0.8b", "gate_up_proj", "rmsnorm", True, (8, 32, 1, 4, 1)),  # 16 rows: 224 CTAs, < 2 an SM
         ("qwen3.5-4b", "gate_up_proj", "rmsnorm", True, (16, 32, 1, 10, 2)),  # 576 CTAs
+        ("qwen3.5-9b", "in_proj", "rmsnorm", False, (8, 32, 1, 16, 1)),  # K = 4096: past PROLOGUE_COLS, plain
         ("qwen3.5-4b", "out_proj", "", False, (8, 32, 1, 16, 1)),  # no prologue: the plain default
     ],
 )
