@@ -207,10 +207,8 @@ def cuda(
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
         vectorize_floats(sch, v)
-    if norm:
-        _head_sums(sch, bx, row_threads, threads_per_row)
-    if rmsnorm:
-        _row_sums(sch, bx, row_threads, threads_per_row)
+    if prologue:
+        _prologue_sums(sch, bx, row_threads, threads_per_row, per_head=norm)
     x_loc = sch.cache_read(rf, 0, "local")
     sch.compute_at(x_loc, bi)
     vectorize_floats(sch, sch.get_loops(x_loc)[-1])
@@ -394,23 +392,18 @@ def _tile_loop(sch: s_tir.Schedule, block) -> s_tir.schedule.LoopRV:
     return ii
 
 
-def _head_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) -> None:
-    """Block "sumsq" at the start of each CTA, into shared memory: (lane, head) pairs over threadIdx.y, each head
-    reduced by the threadIdx.x threads of a row (a warp-shuffle allreduce)."""
+def _prologue_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int, per_head: bool) -> None:
+    """Block "sumsq" at the start of each CTA, into shared memory. `per_head` (the gated norm): (lane, head) pairs
+    over threadIdx.y, each head reduced by the threadIdx.x threads of a row (a warp-shuffle allreduce); else (the
+    rmsnorm) lane by lane, each lane's row reduced by all of the CTA's threads (over threadIdx.y and threadIdx.x)."""
     sumsq = sch.get_sblock("sumsq")
     sch.compute_at(sumsq, bx, preserve_unit_loops=True)
     sch.set_scope(sumsq, 0, "shared")
-    b, h, d = sch.get_loops(sumsq)[-3:]
-    sch.bind(sch.split(sch.fuse(b, h), factors=[None, row_threads])[1], "threadIdx.y")
-    sch.bind(sch.split(d, factors=[None, threads_per_row])[1], "threadIdx.x")
-
-
-def _row_sums(sch: s_tir.Schedule, bx, row_threads: int, threads_per_row: int) -> None:
-    """Block "sumsq" of the rmsnorm prologue at the start of each CTA, into shared memory: lane by lane, each lane's
-    row reduced by all of the CTA's threads (an allreduce over threadIdx.y and threadIdx.x)."""
-    sumsq = sch.get_sblock("sumsq")
-    sch.compute_at(sumsq, bx, preserve_unit_loops=True)
-    sch.set_scope(sumsq, 0, "shared")
+    if per_head:
+        b, h, d = sch.get_loops(sumsq)[-3:]
+        sch.bind(sch.split(sch.fuse(b, h), factors=[None, row_threads])[1], "threadIdx.y")
+        sch.bind(sch.split(d, factors=[None, threads_per_row])[1], "threadIdx.x")
+        return
     _, ty, tx = sch.split(sch.get_loops(sumsq)[-1], factors=[None, row_threads, threads_per_row])
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import one_plus, sum_of_squares
+from gdn_tvm.ops.common import one_plus, rms_normalized, sum_of_squares
 from gdn_tvm.signature import Arg
 
 
@@ -49,7 +49,7 @@ def _normalize(B: int, H: int, eps: float):
         for b, i in T.grid(B, H):
             with T.sblock("norm"):
                 vb, vi = T.axis.remap("SS", [b, i])
-                y[vb, vi] = h[vb, vi] * T.rsqrt(ss[vb] / T.float32(H) + T.float32(eps)) * one_plus(weight[vi])
+                y[vb, vi] = rms_normalized(h[vb, vi], ss[vb], H, eps, one_plus(weight[vi]))
 
     return normalize
 

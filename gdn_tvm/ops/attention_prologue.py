@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import narrowed, one_plus
+from gdn_tvm.ops.common import narrowed, one_plus, rms_normalized
 from gdn_tvm.ops.partial_neox_rope import angles
 from gdn_tvm.signature import Arg
 
@@ -84,10 +84,12 @@ def make_attention_prologue(cfg: DecodeConfig):
             for d in range(D):
                 with T.sblock("norm"):
                     vb, vh, vd = T.axis.remap("SSS", [b, h, d])
-                    normed[vb, vh, vd] = (
-                        head(q_gate, k, vb, vh, vd)
-                        * T.rsqrt(ss[vb, vh] / T.float32(D) + T.float32(eps))
-                        * T.if_then_else(vh < Hq, one_plus(q_norm[vd]), one_plus(k_norm[vd]))
+                    normed[vb, vh, vd] = rms_normalized(
+                        head(q_gate, k, vb, vh, vd),
+                        ss[vb, vh],
+                        D,
+                        eps,
+                        T.if_then_else(vh < Hq, one_plus(q_norm[vd]), one_plus(k_norm[vd])),
                     )
             for i in range(half):
                 with T.sblock("rotate"):

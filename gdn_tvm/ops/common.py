@@ -22,6 +22,12 @@ def one_plus(w):
     return T.float32(1) + widened(w)
 
 
+def rms_normalized(x, sumsq, n: int, eps: float, scale):
+    """`x * rsqrt(sumsq / n + eps) * scale`, sumsq over x's n elements and scale a zero-centred weight's `one_plus`:
+    the RMSNorm of every op that has one (the decoder layer's, the q/k heads'), a TIR expression."""
+    return x * T.rsqrt(sumsq / T.float32(n) + T.float32(eps)) * scale
+
+
 def narrowed(value, dtype: str):
     """A float32 `value` as stored in `dtype`: itself, or rounded to the nearest even bf16: a TIR expression."""
     return value if dtype == "float32" else T.Cast(dtype, value)

@@ -20,7 +20,7 @@ from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.ops.causal_conv1d_silu import shifted_window, silu, window_dot
-from gdn_tvm.ops.common import one_plus, sum_of_squares, widened
+from gdn_tvm.ops.common import one_plus, rms_normalized, sum_of_squares, widened
 from gdn_tvm.ops.gated_rmsnorm import gated_norm
 from gdn_tvm.signature import Arg
 
@@ -330,7 +330,7 @@ def _rms_prologue(x, weight, sumsq, normed, B: int, K: int, eps: float) -> None:
         for b, k in T.grid(B, K):
             with T.sblock("normed"):
                 vb, vk = T.axis.remap("SS", [b, k])
-                normed[vb, vk] = x[vb, vk] * T.rsqrt(sumsq[vb] / T.float32(K) + T.float32(eps)) * one_plus(weight[vk])
+                normed[vb, vk] = rms_normalized(x[vb, vk], sumsq[vb], K, eps, one_plus(weight[vk]))
 
     block()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.common import one_plus, sum_of_squares
+from gdn_tvm.ops.common import one_plus, rms_normalized, sum_of_squares
 from gdn_tvm.signature import Arg
 
 
@@ -33,10 +33,6 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
 def make_per_head_rmsnorm(cfg: DecodeConfig):
     B, Hq, Hkv, D = cfg.batch, cfg.model.n_q_heads, cfg.model.n_kv_heads, cfg.model.head_dim
     H, eps, W = Hq + Hkv, cfg.model.rms_norm_eps, cfg.weight_dtype
-
-    def rms_normalized(x, sumsq, w):
-        """`x * rsqrt(sumsq / D + eps) * (1 + w)`: a TIR expression."""
-        return x * T.rsqrt(sumsq / T.float32(D) + T.float32(eps)) * one_plus(w)
 
     @T.prim_func(s_tir=True)
     def per_head_rmsnorm(
@@ -59,8 +55,8 @@ def make_per_head_rmsnorm(cfg: DecodeConfig):
             with T.sblock("norm"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
                 if vh < Hq:
-                    q_out[vb, vh, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], q_norm[vd])
+                    q_out[vb, vh, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], D, eps, one_plus(q_norm[vd]))
                 else:
-                    k_out[vb, vh - Hq, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], k_norm[vd])
+                    k_out[vb, vh - Hq, vd] = rms_normalized(x[vb, vh, vd], ss[vb, vh], D, eps, one_plus(k_norm[vd]))
 
     return per_head_rmsnorm
