@@ -14,7 +14,7 @@ _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without 
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32)}
+KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32), "early_reads": (0, 1)}
 
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
@@ -37,6 +37,18 @@ def _rows(cfg: DecodeConfig) -> tuple[int, int]:
     rows = cfg.batch * cfg.model.n_v_heads * cfg.model.head_v_dim
     groups, per_group = (8, 1) if rows < FEW_ROWS else (4, 8) if rows < MANY_ROWS else (8, 4)
     return (groups, per_group) if cfg.model.head_v_dim % (groups * per_group) == 0 else (8, 1)
+
+
+def _read_early(sch: s_tir.Schedule, bx: s_tir.LoopRV, ty: s_tir.LoopRV, fused: bool) -> None:
+    """Register copies of what the row loop reads from global memory: the lane's slot and (unfused) beta once a CTA,
+    the v_i of a row group once a thread, read where the state rows are."""
+    slots = sch.cache_read("state_load", "slots", "local", consumer_blocks=["state_load", "update", "o"])
+    sch.compute_at(slots, bx, preserve_unit_loops=True)
+    v = sch.cache_read("delta", "qkv", "local", consumer_blocks=["delta"])
+    sch.compute_at(v, ty, preserve_unit_loops=True)
+    sch.unroll(sch.get_loops(v)[-1])
+    if not fused:
+        sch.compute_at(sch.cache_read("delta", "beta", "local"), bx, preserve_unit_loops=True)
 
 
 def _blocks(names: tuple[str, ...], fused: bool) -> tuple[str, ...]:
@@ -66,6 +78,7 @@ def cuda(
     rows_per_group: int | None = None,
     lanes: int = 32,
     vector: int = 4,
+    early_reads: int = 1,
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
@@ -75,7 +88,9 @@ def cuda(
     before any store), then per row: shuffle allreduces of S_i.k and S_i.q over the lanes, d_i, the updated slice
     stored by the thread that loaded it (so the aliased state is safe), o_i by lane 0. q and k of the head are
     loaded into registers once per thread and kq is reduced once per thread; fused, so are the sums of squares of
-    q and k (shuffle allreduces like kq) and the gates. Default rows a CTA: `_rows`.
+    q and k (shuffle allreduces like kq) and the gates. Default rows a CTA: `_rows`. `early_reads`: the lane's
+    slot, beta and the group's v_i are read into registers with the state, before the first store (the state is
+    aliased, so nothing may move a load past a store: a read after one waits a load latency a row).
     """
     m = cfg.model
     if row_groups is None or rows_per_group is None:
@@ -96,6 +111,8 @@ def cuda(
     sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
     for name in _blocks(_PER_HEAD, fused):
         sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
+    if early_reads:
+        _read_early(sch, bx, ty, fused)
     for name in _blocks(_LOCAL, fused):
         sch.set_scope(sch.get_sblock(name), 0, "local")
     for name in _blocks(_ALONG_DK, fused):
