@@ -84,7 +84,7 @@ def state_bytes(stack: HybridStack, position: int) -> int:
     total = 0
     for layer in stack.layers:
         for state in layer.states:
-            per_slot = int(np.prod(state.shape[1:])) * 4
+            per_slot = int(np.prod(state.shape[1:])) * np.dtype(str(state.dtype)).itemsize
             total += 2 * per_slot if layer.kind == "gdn" else per_slot * (position + 1) // stack.cfg.max_len
     return total * stack.cfg.batch
 

@@ -16,11 +16,11 @@ def traffic(op: Op, cfg: DecodeConfig) -> int:
     the KV rows up to the position for attention, one row per lane for the `ROW_WRITERS` and of the embedding table (a
     SwiGLU GEMV's output is its `[B, I]` product: the gate and up projections stay in the kernel)."""
     total = 0
-    row = cfg.model.n_kv_heads * cfg.model.head_dim * 4
     for a in op.signature(cfg):
         if a.alias is not None:
             continue
-        if "cache" in a.name:
+        if "cache" in a.name:  # [S, L, Hkv, D] in kv_dtype: a lane's row at one position is a.nbytes / (S * L)
+            row = a.nbytes // (a.shape[0] * a.shape[1])
             total += cfg.batch * row * (1 if op.family in ROW_WRITERS else cfg.max_len)
         elif a.role == "state":
             total += 2 * a.nbytes * cfg.batch // cfg.slots

@@ -140,6 +140,11 @@ def test_traffic_counts_touched_state_and_kv_rows():
     once = sum(sig[n].nbytes for n in ("q", "slots", "positions", "m", "l", "acc"))
     kv_rows = B * L * m.n_kv_heads * m.head_dim * 4  # every position of every lane, k and v
     assert traffic(OPS["decode_attention_split"], CFG) == once + 2 * kv_rows
+    bf16 = CFG.replace(kv_dtype="bfloat16")  # KV rows counted in the cache's dtype
+    assert traffic(OPS["decode_attention_split"], bf16) == once + kv_rows
+    scatter = [a for a in OPS["kv_row_scatter"].signature(bf16) if a.alias is None]
+    rest = sum(a.nbytes for a in scatter if "cache" not in a.name)
+    assert traffic(OPS["kv_row_scatter"], bf16) == rest + 2 * B * m.n_kv_heads * m.head_dim * 2  # one row a lane
 
 
 def test_traffic_counts_the_embedding_rows_read_and_the_swiglu_product():
@@ -160,6 +165,9 @@ def test_step_state_bytes_count_gdn_states_twice_and_kv_rows_to_the_position():
     recurrent = m.n_v_heads * m.head_k_dim * m.head_v_dim * 4
     kv_rows = 8 * m.n_kv_heads * m.head_dim * 4  # rows 0..7, k and v each
     assert state_bytes(stack, position=7) == cfg.batch * (2 * (conv + recurrent) + 2 * kv_rows)
+    bf16 = cfg.replace(kv_dtype="bfloat16", state_dtype="bfloat16")  # each pool counted in its own dtype
+    stack = HybridStack(bf16, build_kernels(bf16, llvm(), step_ops(bf16)), tvm.cpu(), layer_types=("gdn", "attention"))
+    assert state_bytes(stack, position=7) == cfg.batch * (2 * (conv + recurrent // 2) + kv_rows)
 
 
 def test_kernel_breakdown_times_every_launch_of_the_plan_by_name(monkeypatch):
