@@ -13,8 +13,9 @@ _ALONG_DK = ("qk_raw", "qk_sumsq", "qk_head", "state_load", "kq", "sk", "sq", "u
 _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without an allreduce inside
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
-# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
-KNOBS = {"row_groups": (2, 4, 8, 16), "rows_per_group": (1, 4, 8), "lanes": (16, 32), "stores_last": (0, 1)}
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. 16 lanes a row (4
+# shuffle steps) lost to 32 at every batch from 8 in the H200 sweeps (h200_sweeps_delta.jsonl): not sampled.
+KNOBS = {"row_groups": (1, 2, 4, 8, 16), "rows_per_group": (1, 4, 8), "stores_last": (0, 1)}
 
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
@@ -24,19 +25,27 @@ def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
     return tuple(sch.get_loops(upd))
 
 
-FEW_ROWS, MANY_ROWS = 2**15, 2**17  # state rows (B * Hv * Dv) where the default rows a CTA change
+# State rows (B * Hv * Dv) where the default design changes; the fused op keeps 8 x 4 up to `FUSED_ONE_WARP`.
+FEW_ROWS, MANY_ROWS, FUSED_ONE_WARP = 2**15, 2**17, 2**19
 
 
-def _rows(cfg: DecodeConfig) -> tuple[int, int]:
-    """Default (row_groups, rows_per_group), from the H200 sweep of the grid at qwen3.5-4b
+def _defaults(cfg: DecodeConfig, fused: bool) -> tuple[int, int, int]:
+    """Default (row_groups, rows_per_group, stores_last), from the H200 sweeps at qwen3.5-4b
     (benchmarks/results/h200_sweeps_delta.jsonl): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA,
     enough CTAs to fill the GPU; from there to `MANY_ROWS` (B=8: 32k) 4 groups of 8 rows, which spreads the per-CTA
     work (q and k, kq, the fused variant's norms and gates) over 32 rows: the fused op at B=8 took 11.3 us against
-    14.2 for 8 x 1; from `MANY_ROWS` (B=32: 128k) 8 groups of 4 rows (best or within 1% of the best at B=32, 128
-    and 256)."""
+    14.2 for 8 x 1. From `MANY_ROWS` (B=32: 128k) one warp of 8 rows storing them last, fla's CTA and order: 35.96,
+    133.64 and 263.98 us at B=32, 128 and 256 against 36.95, 138.17 and 272.62 for 8 x 4; the fused op, whose per-CTA
+    norms and gates a one-warp CTA repeats for every 8 rows, takes it from `FUSED_ONE_WARP` (B=128: 135.0 and 264.7
+    against 135.6 and 268.5 us; 37.0 against 36.6 at B=32)."""
     rows = cfg.batch * cfg.model.n_v_heads * cfg.model.head_v_dim
-    groups, per_group = (8, 1) if rows < FEW_ROWS else (4, 8) if rows < MANY_ROWS else (8, 4)
-    return (groups, per_group) if cfg.model.head_v_dim % (groups * per_group) == 0 else (8, 1)
+    if rows < FEW_ROWS:
+        design = (8, 1, 0)
+    elif rows < MANY_ROWS:
+        design = (4, 8, 0)
+    else:
+        design = (1, 8, 1) if not fused or rows >= FUSED_ONE_WARP else (8, 4, 0)
+    return design if cfg.model.head_v_dim % (design[0] * design[1]) == 0 else (8, 1, 0)
 
 
 def _read_early(sch: s_tir.Schedule, bx: s_tir.LoopRV, ty: s_tir.LoopRV, fused: bool) -> None:
@@ -80,7 +89,7 @@ def cuda(
     rows_per_group: int | None = None,
     lanes: int = 32,
     vector: int = 4,
-    stores_last: int = 0,
+    stores_last: int | None = None,
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
@@ -90,13 +99,16 @@ def cuda(
     store), with the lane's slot and beta and the group's v_i (`_read_early`), then per row: shuffle allreduces of S_i.k
     and S_i.q over the lanes, d_i, the updated slice stored by the thread that loaded it (so the aliased state is safe),
     o_i by lane 0. q and k of the head are loaded into registers once per thread and kq is reduced once per thread;
-    fused, so are the sums of squares of q and k (shuffle allreduces like kq) and the gates. Default rows a CTA:
-    `_rows`. `stores_last`: every row's allreduces and d_i first, then the rows stored back to back with their o_i,
-    as fla orders its kernel (H200 ncu at 4b B=256: fla 4.19 TB/s of DRAM, this schedule 3.92).
-    """
+    fused, so are the sums of squares of q and k (shuffle allreduces like kq) and the gates. Defaults:
+    `_defaults`. `stores_last`: every row's allreduces and d_i first, then the rows stored back to back with their o_i,
+    as fla orders its kernel (H200 ncu at 4b B=256, 8 x 4 rows: fla 4.19 TB/s of DRAM, this schedule 3.92). With one
+    warp of 8 rows it is 3% faster from B=32 (`_defaults`)."""
     m = cfg.model
+    default_groups, default_per_group, default_last = _defaults(cfg, fused)
     if row_groups is None or rows_per_group is None:
-        row_groups, rows_per_group = _rows(cfg)
+        row_groups, rows_per_group = default_groups, default_per_group
+    if stores_last is None:
+        stores_last = default_last
     if m.head_k_dim % (lanes * vector) or m.head_v_dim % (row_groups * rows_per_group):
         raise ValueError(
             f"delta_rule cuda knobs: lanes*vector={lanes * vector} must divide Dk={m.head_k_dim} and "

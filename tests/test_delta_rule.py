@@ -78,6 +78,7 @@ KNOBS = [
     {},
     {"row_groups": 8, "rows_per_group": 1},
     {"row_groups": 2, "rows_per_group": 4, "lanes": 16},
+    {"row_groups": 1, "rows_per_group": 8, "stores_last": 1},
     {"vector": 2},
 ]
 
