@@ -11,7 +11,9 @@ our state layout (`fla_ops.FlaStep`, the delta rule's same-run baseline) on the 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -43,12 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline and op.family != "delta_rule":
         p.error(f"--baseline {args.baseline} times the delta rule ops, not {args.op}")
     values = inputs(op, cfg, np.random.default_rng(0), position=args.position)
+    launch: Callable[[], None]
     if args.baseline:
-        step = fla_ops.FlaStep(cfg, values, fused=bool(op.flags.get("fused", False)), v_first=True)
+        launch = fla_ops.FlaStep(cfg, values, fused=bool(op.flags.get("fused", False)), v_first=True)
     else:
-        kernel = kernels_for(cfg, [args.op], args.library)[args.op]
+        launch = functools.partial(kernels_for(cfg, [args.op], args.library)[args.op].launch, values)
     for _ in range(args.launches):
-        step() if args.baseline else kernel.launch(values)
+        launch()
     torch.cuda.synchronize()
     who = f"{args.baseline} " if args.baseline else ""
     print(f"{who}{args.op} {naming.build(cfg, 'cuda')}: {args.launches} launches", flush=True)
