@@ -93,8 +93,9 @@ def cuda(
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
-    threadIdx.y = row group, threadIdx.x = `lanes` threads along Dk; a lane owns `Dk/lanes` contiguous columns, moved
-    `vector` at a time (float4 at 4; one coalesced 512-byte row per warp instruction at lanes*vector = Dk). A thread
+    threadIdx.y = row group, threadIdx.x = `lanes` threads along Dk; lane j owns columns `vector*j + lanes*vector*t`
+    (float4 at vector 4), so each warp instruction reads `lanes*vector` contiguous columns of its rows (one 512-byte row
+    at lanes*vector = Dk). A thread
     first loads its slice of all `rows_per_group` rows of its group into registers (every load in flight before any
     store), with the lane's slot and beta and the group's v_i (`_read_early`), then per row: shuffle allreduces of S_i.k
     and S_i.q over the lanes, d_i, the updated slice stored by the thread that loaded it (so the aliased state is safe),
@@ -138,7 +139,8 @@ def cuda(
         sch.set_scope(sch.get_sblock(name), 0, "local")
     for name in _blocks(_ALONG_DK, fused):
         blk = sch.get_sblock(name)
-        lane, steps, vec = sch.split(sch.get_loops(blk)[-1], factors=[lanes, None, vector])
+        steps, lane, vec = sch.split(sch.get_loops(blk)[-1], factors=[None, lanes, vector])
+        sch.reorder(lane, steps)
         sch.bind(lane, "threadIdx.x")
         if name in _VECTORISED:  # no allreduce inside: explicit unrolls are safe
             sch.vectorize(vec)
