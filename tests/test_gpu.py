@@ -62,10 +62,11 @@ def test_rope_large_positions_on_gpu(rng):
     check_op_against_reference(OPS["partial_neox_rope"], ROPE_LONG, cuda(), rng)
 
 
-@pytest.mark.parametrize("name", ["partial_neox_rope", "decode_attention_reduce"])
+@pytest.mark.parametrize("name", ["partial_neox_rope", "decode_attention_reduce", "delta_rule", "delta_rule_fused"])
 def test_large_batch_defaults_on_gpu(name, rng):
-    """RoPE's shared angles (from `MANY_HEADS_PER_SM` warps an SM) and the one-group reduce (one resident wave) at
-    B=256."""
+    """RoPE's shared angles (from `MANY_HEADS_PER_SM` warps an SM), the one-group reduce (one resident wave) and the
+    delta rule's one-warp CTAs storing their rows last (from `MANY_ROWS` state rows, the fused op's from
+    `FUSED_ONE_WARP`) at B=256."""
     check_op_against_reference(OPS[name], WIDE_B, cuda(), rng)
 
 
