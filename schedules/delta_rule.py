@@ -13,8 +13,9 @@ _ALONG_DK = ("qk_raw", "qk_sumsq", "qk_head", "state_load", "kq", "sk", "sq", "u
 _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without an allreduce inside
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
-# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. 16 lanes a row (4
-# shuffle steps) lost to 32 at every batch from 8 in the H200 sweeps (h200_sweeps_delta.jsonl): not sampled.
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. Rows of 4, 8 or 16 lanes
+# (2-4 shuffle steps) measured within 1.7% of 32 lanes at B=1..256 in the H200 sweeps (h200_sweeps_delta.jsonl,
+# f9acedb): `lanes` is not sampled.
 KNOBS = {"row_groups": (1, 2, 4, 8, 16), "rows_per_group": (1, 4, 8), "stores_last": (0, 1)}
 
 
