@@ -38,19 +38,21 @@ def ops_table(data: dict) -> list[str]:
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
         f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not "
         "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB). fla: the state in our "
-        f"V-first layout (`state_v_first=True`); fla K-first: its default layout.{_bf16_baselines(data)}"
+        f"V-first layout (`state_v_first=True`), written to a new buffer as its wrapper does; fla K-first: its default "
+        "layout; fla in place: its kernel updating our V-first state in place, as engines run it (runs before "
+        f"2026-12-02 lack it).{_bf16_baselines(data)}"
         f"{_checked(data)}",
         "",
         f"| op | B | TVM us | GB/s | % of {data['peak_gbps'] / 1e3:.1f} TB/s | L2-hot us | tuned us | dlight us "
-        "| torch us | fla us | fla GB/s | fla K-first us |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| torch us | fla us | fla GB/s | fla K-first us | fla in place us |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         lines.append(
             f"| {r['op']} | {r['batch']} | {_fmt(r['tvm_us'])} | {_fmt(r['tvm_gbps'], 0)} "
             f"| {_fmt(r['tvm_pct_peak'], 1)} | {_fmt(r.get('tvm_hot_us'))} | {_baseline(r, 'tuned')} "
             f"| {_baseline(r, 'dlight')} | {_baseline(r, 'torch')} | {_baseline(r, 'fla')} "
-            f"| {_fmt(r.get('fla_gbps'), 0)} | {_baseline(r, 'fla_kfirst')} |"
+            f"| {_fmt(r.get('fla_gbps'), 0)} | {_baseline(r, 'fla_kfirst')} | {_baseline(r, 'fla_inplace')} |"
         )
     return lines
 

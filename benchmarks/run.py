@@ -181,14 +181,15 @@ class TorchStep:
 
 def baselines(op: Op) -> dict[str, tuple[Callable[[DecodeConfig, dict], Step], Callable]]:
     """The same-run baselines of `op`: column label -> (a step on one input set, its timer). PyTorch runs eagerly,
-    as its users run these small ops; fla (the delta rule, both state layouts) is graph-replayed, like ours."""
+    as its users run these small ops; fla (the delta rule: both state layouts, and in place) is graph-replayed, like
+    ours."""
     found: dict[str, tuple[Callable[[DecodeConfig, dict], Step], Callable]] = {}
     if torch_ops.baseline(op) is not None:
         found["torch"] = (lambda cfg, v: TorchStep(op, cfg, v), time_eager)
     if op.family == "delta_rule":
         fused = bool(op.flags.get("fused", False))
-        for label, v_first in fla_ops.LAYOUTS.items():
-            found[label] = (lambda cfg, v, f=v_first: fla_ops.FlaStep(cfg, v, fused, f), time_graph)
+        for label, (v_first, in_place) in fla_ops.LAYOUTS.items():
+            found[label] = (lambda cfg, v, f=v_first, p=in_place: fla_ops.FlaStep(cfg, v, fused, f, p), time_graph)
     return found
 
 

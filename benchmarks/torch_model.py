@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
+from benchmarks import fla_ops
 from gdn_tvm.config import DecodeConfig
 
 
@@ -82,9 +83,11 @@ class TorchModel:
         gates = {"a": a.float().reshape(B, 1, hv).contiguous(), "b": b.float().reshape(B, 1, hv).contiguous()}
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # fla's kernel takes [B, T, H, D] packed
         if self.recurrence == "fla":
-            o = _fla_in_place(
-                q, k, v, **gates, A_log=layer["A_log"], dt_bias=layer["dt_bias"], state=layer["rec_state"]
-            )
+            o = fla_ops.launch_in_place(
+                q=q, k=k, v=v, g=gates["a"], beta=gates["b"], state=layer["rec_state"], scale=dk**-0.5,
+                A_log=layer["A_log"], dt_bias=layer["dt_bias"], use_qk_l2norm_in_kernel=True,
+                use_beta_sigmoid_in_kernel=True,
+            )  # fmt: skip
         else:
             o = _torch_recurrence(m, q, k, v, **gates, A=layer["A"], dt_bias=layer["dt_bias"], state=layer["rec_state"])
         o = o.float().view(B, hv, dv)
@@ -117,26 +120,6 @@ def _rope(m, x: torch.Tensor, position: int) -> torch.Tensor:
     x1, x2, rest = x[..., :half].float(), x[..., half : m.n_rot].float(), x[..., m.n_rot :]
     rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
     return torch.cat([rotated, rest], dim=-1)
-
-
-def _fla_in_place(q, k, v, a, b, A_log, dt_bias, state) -> torch.Tensor:
-    """fla's fused recurrent gated delta rule kernel (its in-kernel L2 norm, gate and beta sigmoid) with the V-first
-    state as both its initial and its final state: updated in place, as engines run it, by keyword. fla 0.6.0's
-    wrapper allocates a new final state every call; its kernel, launched as the wrapper launches it, takes any."""
-    import triton
-    from fla.ops.gated_delta_rule.fused_recurrent import fused_recurrent_gated_delta_rule_fwd_kernel as kernel
-
-    B, T, H, K = k.shape
-    HV, V = v.shape[2], v.shape[-1]
-    BV = min(8, triton.next_power_of_2(V))
-    o = torch.empty_like(v)
-    kernel[(triton.cdiv(V, BV) * B * HV,)](
-        q=q, k=k, v=v, g=a, gk=None, gv=None, beta=b, A_log=A_log, dt_bias=dt_bias, o=o, h0=state, ht=state,
-        cu_seqlens=None, scale=K**-0.5, T=T, H=H, HV=HV, K=K, V=V, BK=triton.next_power_of_2(K), BV=BV,
-        IS_BETA_HEADWISE=True, USE_QK_L2NORM_IN_KERNEL=True, APPLY_BETA_SIGMOID=True, ALLOW_NEG_EIGVAL=False,
-        STATE_V_FIRST=True, num_warps=1, num_stages=3,
-    )  # fmt: skip
-    return o
 
 
 def _torch_recurrence(m, q, k, v, a, b, A, dt_bias, state) -> torch.Tensor:

@@ -157,20 +157,25 @@ def test_runtime_only_process_decodes_a_cuda_build(tmp_path, rng):
     assert np.array_equal(np.load(tmp_path / "out.npy"), out)
 
 
-@pytest.mark.parametrize("v_first", [True, False], ids=["v_first", "k_first"])
+@pytest.mark.parametrize("label", ["fla", "fla_kfirst", "fla_inplace"])
 @pytest.mark.parametrize("name", ["delta_rule", "delta_rule_fused"])
-def test_fla_baseline_computes_the_op(name, v_first, rng):
-    """The benchmark's fla baseline (keyword call, either state layout) against the float64 reference, at a batch
-    where fla's K-first and V-first kernels both run; the benchmark checks it again before timing it."""
+def test_fla_baseline_computes_the_op(name, label, rng):
+    """Each of the benchmark's fla baselines (keyword call in either state layout, the kernel in place) against the
+    float64 reference, at a batch where fla's K-first and V-first kernels both run; the benchmark checks it again
+    before timing it."""
     pytest.importorskip("fla", reason="fla-core (flash-linear-attention) is the delta rule's benchmark baseline")
     from benchmarks import fla_ops, run
 
     op, cfg = OPS[name], DecodeConfig(preset("qwen3.5-4b"), batch=8)
     values = run.inputs(op, cfg, rng)
-    step = fla_ops.FlaStep(cfg, run.clone(values), fused=bool(op.flags.get("fused")), v_first=v_first)
+    v_first, in_place = fla_ops.LAYOUTS[label]
+    mine = run.clone(values)
+    step = fla_ops.FlaStep(cfg, mine, fused=bool(op.flags.get("fused")), v_first=v_first, in_place=in_place)
     step()
-    err, why = run.check(op, cfg, step.outputs(), run.expected(op, cfg, values))
-    assert why is None, f"{name} v_first={v_first}: {why}"
+    outputs = step.outputs()
+    err, why = run.check(op, cfg, outputs, run.expected(op, cfg, values))
+    assert why is None, f"{name} {label}: {why}"
+    assert (outputs["state"].data_ptr() == mine["state"].data_ptr()) == in_place, "in place means our own buffer"
     assert err > 0, "fla's float32 result is not bit-identical to a float64 reference: the check read something else"
 
 
