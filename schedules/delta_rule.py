@@ -96,15 +96,14 @@ def cuda(
 
     threadIdx.y = row group, threadIdx.x = `lanes` threads along Dk; lane j owns columns `vector*j + lanes*vector*t`
     (float4 at vector 4), so each warp instruction reads `lanes*vector` contiguous columns of its rows (one 512-byte row
-    at lanes*vector = Dk). A thread
-    first loads its slice of all `rows_per_group` rows of its group into registers (every load in flight before any
-    store), with the lane's slot and beta and the group's v_i (`_read_early`), then per row: shuffle allreduces of S_i.k
-    and S_i.q over the lanes, d_i, the updated slice stored by the thread that loaded it (so the aliased state is safe),
-    o_i by lane 0. q and k of the head are loaded into registers once per thread and kq is reduced once per thread;
-    fused, so are the sums of squares of q and k (shuffle allreduces like kq) and the gates. Defaults:
-    `_defaults`. `stores_last`: every row's allreduces and d_i first, then the rows stored back to back with their o_i,
-    as fla orders its kernel (H200 ncu at 4b B=256, 8 x 4 rows: fla 4.19 TB/s of DRAM, this schedule 3.92). With one
-    warp of 8 rows it is 3% faster from B=32 (`_defaults`)."""
+    at lanes*vector = Dk). A thread first loads its slice of all `rows_per_group` rows of its group into registers
+    (every load in flight before any store), with the lane's slot and beta and the group's v_i (`_read_early`), then per
+    row: shuffle allreduces of S_i.k and S_i.q over the lanes, d_i, the updated slice stored by the thread that loaded
+    it (so the aliased state is safe), o_i by lane 0. q and k of the head are loaded into registers once per thread and
+    kq is reduced once per thread; fused, so are the sums of squares of q and k (shuffle allreduces like kq) and the
+    gates. Defaults: `_defaults`. `stores_last`: every row's allreduces and d_i first, then the rows stored back to back
+    with their o_i, as fla orders its kernel (H200 ncu at 4b B=256, 8 x 4 rows: fla 4.19 TB/s of DRAM, this schedule
+    3.92). With one warp of 8 rows it is 3% faster from B=32 (`_defaults`)."""
     m = cfg.model
     default_groups, default_per_group, default_last = _defaults(cfg, fused)
     if row_groups is None or rows_per_group is None:
