@@ -74,7 +74,13 @@ def sweep(
             print(f"{name} B={batch} {combo}: rejected ({kernel})", flush=True)
             continue
         copy = clone(pristine)
-        kernel.launch(copy)
+        try:
+            kernel.launch(copy)
+        except Exception as e:  # noqa: BLE001 - a design the GPU refuses to run is recorded, and fails the run
+            failed = f"failed: {type(e).__name__}: {e}"[:300]
+            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": failed})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         err, why = check(op, cfg, copy, expect)
         if why:  # a wrong design is recorded, never timed, and fails the run (`main`)
             rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": f"wrong: {why}"})

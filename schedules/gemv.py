@@ -36,7 +36,6 @@ MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the L
 # down 317 -> 230, gate|up 394 -> 311, out_proj 142 -> 105; on the LM head the second buffer leaves room for half
 # the rows a CTA, so x is read twice as often: 1,928 -> 3,691 us (587 -> 910 at B=32).
 STAGES = 2
-SMEM_LIMIT = 48 * 1024  # static shared memory a CTA may take
 
 # A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
 # The gated norm always (its per-head sums then warp allreduces: no CTA barrier a head), the rmsnorm where every SM
@@ -67,6 +66,7 @@ KNOBS = (
         "m_frags": (1, 2, 4),
         "k_tiles": (2, 4),
         "stages": (1, 2, 3),
+        "dynamic_smem": (False, True),
     },
 )
 
@@ -129,6 +129,7 @@ def cuda(
     m_frags: int | None = None,
     k_tiles: int | None = None,
     stages: int | None = None,
+    dynamic_smem: bool = False,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
     """Tensor cores where `uses_tensor_cores` (or `tensor_cores=True`): see `_cuda_tensor_cores`. Otherwise:
@@ -157,8 +158,10 @@ def cuda(
     if tensor_cores:
         if conv or norm or rmsnorm or residual:
             raise ValueError("tensor cores: the conv, norm, rmsnorm and residual variants run on CUDA cores")
-        layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, gpu)
-        return _cuda_tensor_cores(sch, swiglu, *layout)
+        layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, dynamic_smem, gpu)
+        return _cuda_tensor_cores(sch, swiglu, *layout, scope="shared.dyn" if dynamic_smem else "shared")
+    if dynamic_smem:
+        raise ValueError("dynamic_smem: a knob of the tensor-core schedule, not of the CUDA-core one")
     vector = vector or per_load(cfg.weight_dtype)
     prologue = "norm" if norm else "rmsnorm" if rmsnorm else ""
     layout = cuda_layout(
@@ -258,6 +261,7 @@ def tensor_core_layout(
     m_frags: int | None = None,
     k_tiles: int | None = None,
     stages: int | None = None,
+    dynamic_smem: bool = False,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> tuple[int, int, int, int, int, int, int]:
     """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles, stages)` of the tensor-core schedule.
@@ -266,9 +270,10 @@ def tensor_core_layout(
     (SwiGLU: output rows, each a gate and an up row), staging `k_tiles * 16` columns of x and w a step in shared
     memory, `stages` steps in flight. Defaults: 1 m tile a warp and `STAGES` stages (4 and 1 from `MANY_ROW_TILES`
     row tiles), 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the
-    fewest B tiles whose chunks fit `SMEM_LIMIT` (every lane in one CTA where they do, so each weight byte is read
-    once).
+    fewest B tiles whose chunks fit the shared memory a CTA may take (every lane in one CTA where they do, so each
+    weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in.
     """
+    smem = gpu.shared_memory_optin if dynamic_smem else gpu.shared_memory_per_block
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
     n_rows, n_cols = cfg.model.projections[proj]
@@ -302,10 +307,10 @@ def tensor_core_layout(
             warps_m = per_warp // b_tiles
             lanes, rows = cfg.batch // b_tiles, w_n * f_n * mma.TILE
             chunks = stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2)
-            if warps_m * w_n <= 8 and chunks + (2 * lanes * rows * 4 if swiglu else 0) <= SMEM_LIMIT:
+            if warps_m * w_n <= 8 and chunks + (2 * lanes * rows * 4 if swiglu else 0) <= smem:
                 return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles, stages
     raise ValueError(
-        f"{proj}: no B tiling of {m_frags} m tiles a warp, {stages} stages fits {SMEM_LIMIT} bytes of shared memory"
+        f"{proj}: no B tiling of {m_frags} m tiles a warp, {stages} stages fits {smem} bytes of shared memory"
     )
 
 
@@ -319,6 +324,7 @@ def _cuda_tensor_cores(
     n_frags: int,
     k_tiles: int,
     stages: int,
+    scope: str,
 ) -> None:
     """`mma.sync` on 16 x 16 x 16 tiles (`schedules/mma.py`: x split into bf16 hi + lo, float32 accumulate).
 
@@ -328,7 +334,8 @@ def _cuda_tensor_cores(
     `stages` > 1 the k steps are a software pipeline: the chunks of the next `stages - 1` steps are in flight
     (`cp.async`, one buffer a stage) while the warps multiply this one.
     Accumulators stay in registers: y is stored from them; SwiGLU's gate and up sums (the gate/up loop outside the
-    k steps) go to shared memory, then the CTA's threads write `silu(gate) * up`.
+    k steps) go to shared memory, then the CTA's threads write `silu(gate) * up`. Shared memory is of `scope`:
+    "shared" (static) or "shared.dyn" (one dynamic allocation, which TVM's CUDA runtime opts in for above 48 KB).
     """
     blk = sch.get_sblock("gemv")
     b, n, *pair, k = sch.get_loops(blk)
@@ -349,7 +356,7 @@ def _cuda_tensor_cores(
         sch.bind(tx, "threadIdx.x")
     tile = sch.blockize(bi)
     for index, vector in ((0, mma.TILE // 4), (1, mma.TILE // 2)):  # x: float4s, w: 8 bf16 a load
-        staged = sch.cache_read(tile, index, "shared")
+        staged = sch.cache_read(tile, index, scope)
         sch.compute_at(staged, k0)
         fused = sch.fuse(*sch.get_loops(staged)[-2:])
         _, ty, tx, v = sch.split(fused, factors=[None, warps_m * warps_n, mma.WARP, vector])
@@ -363,7 +370,7 @@ def _cuda_tensor_cores(
     acc = sch.cache_write(tile, 0, "warp")
     sch.reverse_compute_at(acc, pair[0] if swiglu else warp)
     if swiglu:  # gate_up in shared memory, read back by the warp that wrote it
-        sch.set_scope(acc, 0, "shared")
+        sch.set_scope(acc, 0, scope)
     *_, i, j = sch.get_loops(acc)
     io, ii = sch.split(i, factors=[None, mma.TILE])
     jo, ji = sch.split(j, factors=[None, mma.TILE])
@@ -376,11 +383,11 @@ def _cuda_tensor_cores(
     loads = [_tile_loop(sch, fragment) for fragment in fragments]
     for fragment in (*fragments, acc):
         sch.transform_layout(fragment, ("read", 0) if fragment == acc else ("write", 0), mma.index_map)
-    sch.tensorize(loads[0], mma.LOAD_X)
-    sch.tensorize(loads[1], mma.LOAD_W)
+    sch.tensorize(loads[0], mma.LOAD_X[scope])
+    sch.tensorize(loads[1], mma.LOAD_W[scope])
     sch.tensorize(sch.get_loops(blk)[-3], mma.MMA)
     sch.tensorize(sch.get_loops(sch.get_sblock("gemv_init"))[-2], mma.FILL)
-    sch.tensorize(sch.get_loops(acc)[-2], mma.STORE_SHARED if swiglu else mma.STORE_GLOBAL)
+    sch.tensorize(sch.get_loops(acc)[-2], mma.STORE[scope if swiglu else "global"])
 
 
 def _tile_loop(sch: s_tir.Schedule, block) -> s_tir.schedule.LoopRV:

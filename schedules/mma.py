@@ -30,12 +30,15 @@ TILE = 16  # m = n = k of one tensorized tile
 WARP = 32
 PER_THREAD = 8  # a 16 x 16 tile's elements per thread
 
-LOAD_X = "gdn_tvm_mma_load_x_split"  # float32 x tile (shared) -> hi/lo bf16 pairs (warp)
-LOAD_W = "gdn_tvm_mma_load_w_bf16"  # bf16 [n, k] w tile (shared) -> warp
+# Shared memory a CTA declares statically ("shared", up to 48 KB) or as one dynamic allocation ("shared.dyn", up to
+# the GPU's opt-in limit): a tensorize intrinsic matches buffers of its own scope only, so the intrinsics that read
+# or write shared memory come in both.
+SHARED_SCOPES = ("shared", "shared.dyn")
+LOAD_X = {scope: f"gdn_tvm_mma_load_x_split_{scope}" for scope in SHARED_SCOPES}  # float32 x tile -> hi/lo (warp)
+LOAD_W = {scope: f"gdn_tvm_mma_load_w_bf16_{scope}" for scope in SHARED_SCOPES}  # bf16 [n, k] w tile -> warp
 MMA = "gdn_tvm_mma_f32split_bf16"  # C += A(hi + lo) . B^T
 FILL = "gdn_tvm_mma_fill_f32"  # C = 0
-STORE_GLOBAL = "gdn_tvm_mma_store_f32_global"  # a C fragment into a 16 x 16 tile of global memory
-STORE_SHARED = "gdn_tvm_mma_store_f32_shared"  # ... of shared memory
+STORE = {scope: f"gdn_tvm_mma_store_f32_{scope}" for scope in ("global", *SHARED_SCOPES)}  # a C fragment -> a tile
 
 
 def fragment(i, j):
@@ -83,12 +86,12 @@ def _x_slot(shared, t, s):
     return T.if_then_else(s < 4, _pair(hi0, hi1), _pair(lo0, lo1))
 
 
-def _load_desc(dtype: str):
-    """What a fragment load does: a 16 x 16 `dtype` tile of shared memory into a warp's fragment."""
+def _load_desc(dtype: str, scope: str):
+    """What a fragment load does: a 16 x 16 `dtype` tile of `scope` memory into a warp's fragment."""
 
     @T.prim_func(s_tir=True)
     def desc(warp_handle: T.handle, shared_handle: T.handle) -> None:
-        shared = T.match_buffer(shared_handle, (TILE, TILE), dtype, offset_factor=1, scope="shared")
+        shared = T.match_buffer(shared_handle, (TILE, TILE), dtype, offset_factor=1, scope=scope)
         warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), dtype, offset_factor=1, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:TILE, 0:TILE])
@@ -102,13 +105,11 @@ def _load_desc(dtype: str):
     return desc
 
 
-def _load_x():
+def _load_x(scope: str):
     @T.prim_func(s_tir=True)
     def impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0, s1 = T.int32(), T.int32()
-        shared = T.match_buffer(
-            shared_handle, (TILE, TILE), "float32", offset_factor=1, scope="shared", strides=[s0, s1]
-        )
+        shared = T.match_buffer(shared_handle, (TILE, TILE), "float32", offset_factor=1, scope=scope, strides=[s0, s1])
         warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), "float32", offset_factor=1, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:TILE, 0:TILE])
@@ -117,16 +118,14 @@ def _load_x():
                 for s in T.serial(PER_THREAD):  # one store per slot: LowerWarpMemory reads `t * 8 + s`
                     warp[t, s] = _x_slot(shared, t, s)
 
-    return _load_desc("float32"), impl
+    return _load_desc("float32", scope), impl
 
 
-def _load_w():
+def _load_w(scope: str):
     @T.prim_func(s_tir=True)
     def impl(warp_handle: T.handle, shared_handle: T.handle) -> None:
         s0, s1 = T.int32(), T.int32()
-        shared = T.match_buffer(
-            shared_handle, (TILE, TILE), "bfloat16", offset_factor=1, scope="shared", strides=[s0, s1]
-        )
+        shared = T.match_buffer(shared_handle, (TILE, TILE), "bfloat16", offset_factor=1, scope=scope, strides=[s0, s1])
         warp = T.match_buffer(warp_handle, (WARP, PER_THREAD), "bfloat16", offset_factor=1, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:TILE, 0:TILE])
@@ -147,7 +146,7 @@ def _load_w():
                     )
                 )
 
-    return _load_desc("bfloat16"), impl
+    return _load_desc("bfloat16", scope), impl
 
 
 def _mma_sync(A, B, C, t, half: int, part: int):
@@ -265,14 +264,11 @@ def _store(scope: str):
 
 
 def _register() -> None:
-    for name, (desc, impl) in (
-        (LOAD_X, _load_x()),
-        (LOAD_W, _load_w()),
-        (MMA, _mma()),
-        (FILL, _fill()),
-        (STORE_GLOBAL, _store("global")),
-        (STORE_SHARED, _store("shared")),
-    ):
+    intrinsics = [(MMA, _mma()), (FILL, _fill())]
+    intrinsics += [(LOAD_X[scope], _load_x(scope)) for scope in SHARED_SCOPES]
+    intrinsics += [(LOAD_W[scope], _load_w(scope)) for scope in SHARED_SCOPES]
+    intrinsics += [(name, _store(scope)) for scope, name in STORE.items()]
+    for name, (desc, impl) in intrinsics:
         TensorIntrin.register(name, desc, impl, override=True)
 
 

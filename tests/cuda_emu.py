@@ -8,7 +8,7 @@ block threads are fibers: see there) into a shared library, cached by content, a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
 models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups: `_rewrite_asm`); any other stops the build
-with `NotEmulated`.
+with `NotEmulated`. A kernel's dynamic shared memory becomes a `__shared__` array of the size its launch gives it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ CXX = ["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-fv
 SCALARS = {"int": ctypes.c_int32, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
 LAUNCHING = threading.Lock()  # the shim runs one launch at a time (its state and `__shared__` storage are static)
 KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\) \{')
+DYNAMIC_SHARED = re.compile(r"extern __shared__ ([^;\[]*?)(\w+) (\w+)\[\];")  # attributes, type, name
 # What `_rewrite_asm` looks at: the asm keyword, and what it skips (comments, literals, preprocessor lines).
 ASM_OR_SKIPPED = re.compile(
     r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|^[ \t]*#(?:[^\\\n]|\\.)*'
@@ -65,12 +66,14 @@ class NotEmulated(Exception):
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch of the host function: `args[i]` is the index of the `main` parameter passed as the
-    kernel's i-th argument; `grid` and `block` are (x, y, z) extents."""
+    kernel's i-th argument; `grid` and `block` are (x, y, z) extents; `dynamic_shared` the bytes of its dynamic shared
+    memory."""
 
     kernel: str
     args: tuple[int, ...]
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    dynamic_shared: int = 0
 
 
 @tvm.instrument.pass_instrument
@@ -113,8 +116,6 @@ def _launch(call: tvm.ir.Call, params, views) -> Launch:
     """`call_ffi_kernel(name, *kernel args, *extents, launch_params=tags)`: the extents are what the runtime passes to
     the CUDA launch, one per tag (`blockIdx.x`, `threadIdx.y`, ...; an axis without a tag has extent 1)."""
     tags = list(call.attrs.launch_params)
-    if "tirx.use_dyn_shared_memory" in tags:
-        raise NotEmulated("dynamic shared memory")
     n_args = len(call.args) - 1 - len(tags)
     extents = call.args[1 + n_args :]
     if not all(isinstance(e, tirx.IntImm) for e in extents):
@@ -123,7 +124,7 @@ def _launch(call: tvm.ir.Call, params, views) -> Launch:
     grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
     block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
     args = tuple(_param_index(a, params, views) for a in call.args[1 : 1 + n_args])
-    return Launch(str(call.args[0].value), args, grid, block)
+    return Launch(str(call.args[0].value), args, grid, block, dims.get("tirx.use_dyn_shared_memory", 0))
 
 
 def _param_index(arg: tirx.Expr, params, views) -> int:
@@ -148,7 +149,7 @@ def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
     """A function running `launches` of `source` one after another on the values of `main`'s parameters, in
     order (arrays, whose data the kernels read and write, and scalars)."""
     types = _kernel_params(source)
-    lib = _library(source, types)
+    lib = _library(_sized_dynamic_shared(source, launches), types)
 
     def run(*values) -> None:
         for launch in launches:
@@ -170,6 +171,26 @@ def _cell(ctype: str, value) -> ctypes._SimpleCData:
     if ctype not in SCALARS:
         raise NotEmulated(f"kernel parameter type {ctype}")
     return SCALARS[ctype](value)
+
+
+def _sized_dynamic_shared(source: str, launches: list[Launch]) -> str:
+    """`source` with each kernel's `extern __shared__ T name[]` (TVM's one dynamic allocation) as a `__shared__` array
+    of the most bytes any launch of that kernel gives it: the shim's shared storage is static."""
+    sizes: dict[str, int] = {}
+    for launch in launches:
+        sizes[launch.kernel] = max(sizes.get(launch.kernel, 0), launch.dynamic_shared)
+    starts = [(m.start(), m.group(1)) for m in KERNEL_DEF.finditer(source)]
+    pieces, end = [], len(source)
+    for (start, kernel), (stop, _) in zip(starts, [*starts[1:], (end, "")], strict=True):
+        body, declared = source[start:stop], DYNAMIC_SHARED.search(source[start:stop])
+        if declared and not sizes.get(kernel):
+            raise NotEmulated(f"{kernel}: dynamic shared memory that no launch sizes")
+        if declared:
+            attrs, ctype, name = declared.groups()
+            array = f"__shared__ {attrs}{ctype} {name}[({sizes[kernel]} + sizeof({ctype}) - 1) / sizeof({ctype})];"
+            body = body[: declared.start()] + array + body[declared.end() :]
+        pieces.append(body)
+    return source[: starts[0][0] if starts else end] + "".join(pieces)
 
 
 def _kernel_params(source: str) -> dict[str, list[str]]:

@@ -25,6 +25,7 @@ SWIGLU = "gemv_gate_up_proj_swiglu"
 
 
 TC = {"tensor_cores": True}
+BIG_CTA = {"dynamic_smem": True, "m_frags": 4, "warps_n": 4, "n_frags": 2}  # 8 warps: 128 lanes x 128 rows a CTA
 
 
 def _cfg(batch: int, weight_dtype: str = "bfloat16", model: str = "qwen3.5-0.8b") -> DecodeConfig:
@@ -87,6 +88,8 @@ EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B t
     "z-B64-warps": ("gemv_in_proj_z", 64, TC | {"warps_n": 2, "n_frags": 2, "m_frags": 1, "k_tiles": 2, "stages": 3}),
     "swiglu-B32": (SWIGLU, 32, TC),
     "swiglu-B48-warps": (SWIGLU, 48, TC | {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
+    "z-B128-dynamic-104KB": ("gemv_in_proj_z", 128, TC | BIG_CTA),  # every lane and 128 rows a CTA
+    "swiglu-B32-dynamic": (SWIGLU, 32, TC | {"dynamic_smem": True}),  # the gate|up sums in dynamic shared memory
 }
 
 
@@ -119,6 +122,7 @@ def test_pipelined_kernel_that_waits_too_little_fails_the_check(rng):
         (32, "bfloat16", {"m_frags": 4}, "do not divide"),  # 2 m tiles
         (32, "bfloat16", {"warps_n": 4, "n_frags": 4, "k_tiles": 3}, "do not divide"),
         (256, "bfloat16", {"warps_n": 4, "n_frags": 2, "m_frags": 4, "stages": 3}, "3 stages fits"),
+        (64, "bfloat16", BIG_CTA | {"stages": 7}, "7 stages fits 232448 bytes"),  # 7 x 35 KB: past 227 KB
     ],
 )
 def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, message):
@@ -138,6 +142,19 @@ def test_tensor_core_layout_fills_the_gpu_and_shared_memory():
     assert b_tiles * warps_m * m_frags * mma.TILE == 256 and b_tiles > 1
 
 
+def test_dynamic_shared_memory_holds_every_lane_in_one_cta():
+    """128 lanes x 128 rows a CTA in two stages take 104 KB: no B tiling of them fits the 48 KB a CTA may hold
+    statically; in dynamic shared memory (up to the H200's 227 KB) one CTA holds every lane, so each weight byte is
+    read once."""
+    cfg = _cfg(128, model="qwen3.5-4b")
+    with pytest.raises(ValueError, match="fits 49152 bytes"):
+        tensor_core_layout(cfg, "in_proj_qkv", warps_n=4, n_frags=2, m_frags=4)
+    assert tensor_core_layout(cfg, "in_proj_qkv", **BIG_CTA) == (1, 2, 4, 4, 2, 4, 2)
+    source, launches = lower(OPS["gemv_in_proj_qkv"].schedule(cfg, "cuda", **TC, **BIG_CTA).mod)
+    assert "extern __shared__" in source and "__shared__ alignas" not in source
+    assert [launch.dynamic_shared for launch in launches] == [2 * (128 * (64 + 4) * 4 + 128 * (64 + 8) * 2)]
+
+
 def test_split_keeps_float32_accuracy(rng):
     """The hi + lo split the x fragments take, in numpy: |x - hi - lo| <= 2^-16 |x| (16 significand bits), where
     bf16 alone is off by up to 2^-9."""
@@ -155,12 +172,14 @@ def test_split_keeps_float32_accuracy(rng):
 
 GPU_CASES = [(name, batch) for name in ("gemv_in_proj_qkv", "gemv_down_proj", SWIGLU) for batch in (16, 32, 128, 256)]
 GPU_CASES += [("gemv_lm_head", 32)]  # its float64 reference is the slow part
+GPU_CASES += [("gemv_in_proj_qkv", 128, BIG_CTA)]  # past 48 KB: the runtime opts the kernel in
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")
 @pytest.mark.parametrize("model", ["qwen3.5-0.8b", "qwen3.5-4b"])
-@pytest.mark.parametrize(("name", "batch"), GPU_CASES)
-def test_tensor_core_gemv_on_gpu(name, batch, model, rng):
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "-".join(str(v) for v in c[:2]) + ("-big" if c[2:] else ""))
+def test_tensor_core_gemv_on_gpu(case, model, rng):
+    name, batch, *knobs = case
     op, cfg = OPS[name], _cfg(batch, model=model)
-    check_kernel_against_reference(op, cfg, compile_op(op, cfg, cuda(), **TC), rng)
+    check_kernel_against_reference(op, cfg, compile_op(op, cfg, cuda(), **TC, **(knobs[0] if knobs else {})), rng)
