@@ -242,6 +242,22 @@ def test_sweep_out_of_place_binds_a_fresh_state_for_the_aliased_output(rng):
     assert sum(1 for a in signature if a.alias) == 1
 
 
+def test_sweep_records_a_design_that_fails_to_launch_and_goes_on(monkeypatch, rng):
+    """A design the GPU refuses (here: every launch raises) is a row with its error, never timed; the sweep goes on
+    to the next design instead of ending."""
+
+    class Refused:
+        def launch(self, values):
+            raise RuntimeError("too many resources requested for launch")
+
+    monkeypatch.setattr(sweep, "input_sets", lambda *a, **k: input_sets(*a, **k, device="cpu"))
+    monkeypatch.setattr(sweep, "designs", lambda name, cfg, pool, combos: [({"rows": 1}, Refused()), ({}, Refused())])
+    rows = sweep.sweep("sigmoid_gate", "qwen3.5-0.8b", 1, rng)
+    assert [r["knobs"] for r in rows] == [{"rows": 1}, "defaults"]
+    assert all(r["error"] == "failed: RuntimeError: too many resources requested for launch" for r in rows)
+    assert not any("us" in r for r in rows)
+
+
 def test_sweep_rejects_a_position_past_the_cache(rng):
     """(Before anything compiles or touches a GPU.)"""
     with pytest.raises(ValueError, match="outside the cache"):
