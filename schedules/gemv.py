@@ -271,7 +271,8 @@ def tensor_core_layout(
     memory, `stages` steps in flight. Defaults: 1 m tile a warp and `STAGES` stages (4 and 1 from `MANY_ROW_TILES`
     row tiles), 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the
     fewest B tiles whose chunks fit the shared memory a CTA may take (every lane in one CTA where they do, so each
-    weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in.
+    weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in (refused
+    where the layout fits statically: the static kernel is the same design).
     """
     smem = gpu.shared_memory_optin if dynamic_smem else gpu.shared_memory_per_block
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
@@ -306,8 +307,10 @@ def tensor_core_layout(
         for b_tiles in (d for d in range(1, per_warp + 1) if per_warp % d == 0):
             warps_m = per_warp // b_tiles
             lanes, rows = cfg.batch // b_tiles, w_n * f_n * mma.TILE
-            chunks = stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2)
-            if warps_m * w_n <= 8 and chunks + (2 * lanes * rows * 4 if swiglu else 0) <= smem:
+            need = stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2) + (2 * lanes * rows * 4 if swiglu else 0)
+            if warps_m * w_n <= 8 and need <= smem:
+                if dynamic_smem and need <= gpu.shared_memory_per_block:  # the static layout: nothing to time twice
+                    raise ValueError(f"{proj}: {need} bytes fit static shared memory: dynamic_smem adds nothing")
                 return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles, stages
     raise ValueError(
         f"{proj}: no B tiling of {m_frags} m tiles a warp, {stages} stages fits {smem} bytes of shared memory"

@@ -89,7 +89,7 @@ EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B t
     "swiglu-B32": (SWIGLU, 32, TC),
     "swiglu-B48-warps": (SWIGLU, 48, TC | {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
     "z-B128-dynamic-104KB": ("gemv_in_proj_z", 128, TC | BIG_CTA),  # every lane and 128 rows a CTA
-    "swiglu-B32-dynamic": (SWIGLU, 32, TC | {"dynamic_smem": True}),  # the gate|up sums in dynamic shared memory
+    "swiglu-B64-dynamic-60KB": (SWIGLU, 64, TC | {"dynamic_smem": True, "m_frags": 4, "warps_n": 2, "n_frags": 1}),
 }
 
 
@@ -123,6 +123,7 @@ def test_pipelined_kernel_that_waits_too_little_fails_the_check(rng):
         (32, "bfloat16", {"warps_n": 4, "n_frags": 4, "k_tiles": 3}, "do not divide"),
         (256, "bfloat16", {"warps_n": 4, "n_frags": 2, "m_frags": 4, "stages": 3}, "3 stages fits"),
         (64, "bfloat16", BIG_CTA | {"stages": 7}, "7 stages fits 232448 bytes"),  # 7 x 35 KB: past 227 KB
+        (16, "bfloat16", {"dynamic_smem": True}, "fit static shared memory"),  # the same kernel as without
     ],
 )
 def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, message):
