@@ -76,14 +76,13 @@ def sweep(
         copy = clone(pristine)
         try:
             kernel.launch(copy)
-        except Exception as e:  # noqa: BLE001 - a design the GPU refuses to run is recorded, and fails the run
-            failed = f"failed: {type(e).__name__}: {e}"[:300]
-            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": failed})
-            print(json.dumps(rows[-1]), flush=True)
-            continue
-        err, why = check(op, cfg, copy, expect)
-        if why:  # a wrong design is recorded, never timed, and fails the run (`main`)
-            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": f"wrong: {why}"})
+        except Exception as e:  # noqa: BLE001 - a design the GPU refuses to run: recorded like a wrong one
+            error = f"failed: {type(e).__name__}: {e}"[:300]
+        else:
+            err, why = check(op, cfg, copy, expect)
+            error = why and f"wrong: {why}"
+        if error:  # a failing or wrong design is recorded, never timed, and fails the run (`main`)
+            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": error})
             print(json.dumps(rows[-1]), flush=True)
             continue
         us = time_kernel(kernel, value_sets)
