@@ -32,13 +32,13 @@ FEW_ROWS, MANY_ROWS, FUSED_ONE_WARP = 2**15, 2**17, 2**19
 
 def _defaults(cfg: DecodeConfig, fused: bool) -> tuple[int, int, int]:
     """Default (row_groups, rows_per_group, stores_last), from the H200 sweeps at qwen3.5-4b
-    (benchmarks/results/h200_sweeps_delta.jsonl): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA,
-    enough CTAs to fill the GPU; from there to `MANY_ROWS` (B=8: 32k) 4 groups of 8 rows, which spreads the per-CTA
-    work (q and k, kq, the fused variant's norms and gates) over 32 rows: the fused op at B=8 took 11.3 us against
-    14.2 for 8 x 1. From `MANY_ROWS` (B=32: 128k) one warp of 8 rows storing them last, fla's CTA and order: 35.96,
-    133.64 and 263.98 us at B=32, 128 and 256 against 36.95, 138.17 and 272.62 for 8 x 4; the fused op, whose per-CTA
-    norms and gates a one-warp CTA repeats for every 8 rows, takes it from `FUSED_ONE_WARP` (B=128: 135.0 and 264.7
-    against 135.6 and 268.5 us; 37.0 against 36.6 at B=32)."""
+    (benchmarks/results/h200_sweeps_delta.jsonl): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA, enough
+    CTAs to fill the GPU; from there to `MANY_ROWS` (B=8: 32k) 4 groups of 8 rows, which spreads the per-CTA work (q and
+    k, kq, the fused variant's norms and gates) over 32 rows: the fused op at B=8 took 10.88 us against 13.61 for 8 x 1
+    (rows stamped f9acedb). From `MANY_ROWS` (B=32: 128k) one warp of 8 rows storing them last, fla's CTA and order:
+    35.96, 133.64 and 263.98 us at B=32, 128 and 256 against 36.95, 138.17 and 272.62 for 8 x 4; the fused op, whose
+    per-CTA norms and gates a one-warp CTA repeats for every 8 rows, takes it from `FUSED_ONE_WARP` (B=128: 135.0 and
+    264.7 against 135.6 and 268.5 us; 37.0 against 36.6 at B=32)."""
     rows = cfg.batch * cfg.model.n_v_heads * cfg.model.head_v_dim
     if rows < FEW_ROWS:
         design = (8, 1, 0)
@@ -53,7 +53,8 @@ def _read_early(sch: s_tir.Schedule, bx: s_tir.LoopRV, ty: s_tir.LoopRV, fused: 
     """Register copies of what the row loop reads from global memory: the lane's slot and (unfused) beta once a CTA,
     the v_i of a row group once a thread, read where the state rows are. The state is aliased, so nothing moves a
     load past a store: read in the loop, each row waited a load latency behind the previous row's store (H200, 4b:
-    B=8 11.44 -> 10.96 us, the fused op at B=32..256 3% faster; `h200_sweeps_delta.jsonl`)."""
+    B=8 11.44 -> 10.96 us, the fused op at B=32..256 3% faster; `h200_sweeps_delta.jsonl`: after, the rows stamped
+    d1c7f33; before, rows pruned from the file, in its git history)."""
     slots = sch.cache_read("state_load", "slots", "local", consumer_blocks=["state_load", "update", "o"])
     sch.compute_at(slots, bx, preserve_unit_loops=True)
     v = sch.cache_read("delta", "qkv", "local", consumer_blocks=["delta"])
