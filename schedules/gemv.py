@@ -36,6 +36,17 @@ MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the L
 # down 317 -> 230, gate|up 394 -> 311, out_proj 142 -> 105; on the LM head the second buffer leaves room for half
 # the rows a CTA, so x is read twice as often: 1,928 -> 3,691 us (587 -> 910 at B=32).
 STAGES = 2
+# Wide CTAs in dynamic shared memory by default: from WIDE_LANES lanes, or from TENSOR_CORE_LANES on plain (not
+# SwiGLU) projections of at least WIDE_ROW_TILES row tiles, CTAs of 64 lanes x 128 rows (WIDE: 8 warps, 2 x 4, of
+# 2 x 2 tiles); the LM head from TENSOR_CORE_LANES, CTAs of up to 256 lanes x 128 rows (WIDE_LM_HEAD: 2 x 2 or 4 x 2
+# warps of 4 x 4 tiles). qwen3.5-4b bf16 on the H200 (h200_sweeps_tensor_cores.jsonl, us, default -> wide):
+# B=256 qkv 278 -> 160, down 347 -> 309, out_proj 162 -> 139, gate|up 594 -> 518, LM head 3,784 -> 2,895; B=128
+# qkv 149 -> 90, LM head 1,941 -> 1,346. At B=128 the others lose (down 227 -> 308, out_proj 104 -> 139, 40 CTAs;
+# gate|up 309 -> 349) and keep the static layouts.
+WIDE_LANES = 256
+WIDE_ROW_TILES = 512
+WIDE = {"m_frags": 2, "warps_n": 4, "n_frags": 2}
+WIDE_LM_HEAD = {"m_frags": 4, "warps_n": 2, "n_frags": 4}
 
 # A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
 # The gated norm always (its per-head sums then warp allreduces: no CTA barrier a head), the rmsnorm where every SM
@@ -129,7 +140,7 @@ def cuda(
     m_frags: int | None = None,
     k_tiles: int | None = None,
     stages: int | None = None,
-    dynamic_smem: bool = False,
+    dynamic_smem: bool | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> None:
     """Tensor cores where `uses_tensor_cores` (or `tensor_cores=True`): see `_cuda_tensor_cores`. Otherwise:
@@ -159,6 +170,8 @@ def cuda(
         if conv or norm or rmsnorm or residual:
             raise ValueError("tensor cores: the conv, norm, rmsnorm and residual variants run on CUDA cores")
         layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, dynamic_smem, gpu)
+        if dynamic_smem is None:  # a default layout: dynamic where static shared memory would not hold it
+            dynamic_smem = staged_bytes(cfg, swiglu, *layout) > gpu.shared_memory_per_block
         return _cuda_tensor_cores(sch, swiglu, *layout, scope="shared.dyn" if dynamic_smem else "shared")
     if dynamic_smem:
         raise ValueError("dynamic_smem: a knob of the tensor-core schedule, not of the CUDA-core one")
@@ -261,7 +274,7 @@ def tensor_core_layout(
     m_frags: int | None = None,
     k_tiles: int | None = None,
     stages: int | None = None,
-    dynamic_smem: bool = False,
+    dynamic_smem: bool | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
 ) -> tuple[int, int, int, int, int, int, int]:
     """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles, stages)` of the tensor-core schedule.
@@ -272,9 +285,10 @@ def tensor_core_layout(
     row tiles), 4 k tiles a step; the most rows a CTA (up to 4 warps of 2 tiles) that still give every SM a CTA; the
     fewest B tiles whose chunks fit the shared memory a CTA may take (every lane in one CTA where they do, so each
     weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in (refused
-    where the layout fits statically: the static kernel is the same design).
+    where the layout fits statically: the static kernel is the same design). Where `warps_n`, `n_frags`, `m_frags`
+    and `dynamic_smem` are all left to the default, the wide CTAs of `WIDE` / `WIDE_LM_HEAD` where those apply, in
+    what a kernel that opts in may take.
     """
-    smem = gpu.shared_memory_optin if dynamic_smem else gpu.shared_memory_per_block
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
     n_rows, n_cols = cfg.model.projections[proj]
@@ -283,6 +297,11 @@ def tensor_core_layout(
         raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
     many_rows = n_tiles >= MANY_ROW_TILES
+    wide = _wide(cfg.batch, n_tiles, swiglu, many_rows)
+    if wide and warps_n is None and n_frags is None and m_frags is None and dynamic_smem is None:
+        warps_n, n_frags, m_frags = wide["warps_n"], wide["n_frags"], wide["m_frags"]
+        dynamic_smem = True
+    smem = gpu.shared_memory_optin if dynamic_smem else gpu.shared_memory_per_block
     k_tiles = k_tiles or _divisor_at_most(k_all, 4)
     stages = stages or (1 if many_rows else STAGES)
     m_frags = m_frags or (min(4, m_tiles) if many_rows else 1)
@@ -302,19 +321,44 @@ def tensor_core_layout(
         return not fill, -shape[0] * shape[1] if fill else shape[0] * shape[1]
 
     shapes.sort(key=fewer_ctas)
-    chunk, per_warp = mma.TILE * k_tiles, m_tiles // m_frags
+    per_warp = m_tiles // m_frags
     for w_n, f_n in shapes:
         for b_tiles in (d for d in range(1, per_warp + 1) if per_warp % d == 0):
-            warps_m = per_warp // b_tiles
-            lanes, rows = cfg.batch // b_tiles, w_n * f_n * mma.TILE
-            need = stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2) + (2 * lanes * rows * 4 if swiglu else 0)
-            if warps_m * w_n <= 8 and need <= smem:
+            layout = b_tiles, per_warp // b_tiles, m_frags, w_n, f_n, k_tiles, stages
+            need = staged_bytes(cfg, swiglu, *layout)
+            if layout[1] * w_n <= 8 and need <= smem:
                 if dynamic_smem and need <= gpu.shared_memory_per_block:  # the static layout: nothing to time twice
                     raise ValueError(f"{proj}: {need} bytes fit static shared memory: dynamic_smem adds nothing")
-                return b_tiles, warps_m, m_frags, w_n, f_n, k_tiles, stages
+                return layout
     raise ValueError(
         f"{proj}: no B tiling of {m_frags} m tiles a warp, {stages} stages fits {smem} bytes of shared memory"
     )
+
+
+def _wide(batch: int, n_tiles: int, swiglu: bool, many_rows: bool) -> dict[str, int] | None:
+    """The wide-CTA knobs a default tensor-core layout takes at this shape (see `WIDE`), or None."""
+    if many_rows:
+        return WIDE_LM_HEAD if batch >= TENSOR_CORE_LANES else None
+    if batch >= WIDE_LANES or (batch >= TENSOR_CORE_LANES and not swiglu and n_tiles >= WIDE_ROW_TILES):
+        return WIDE
+    return None
+
+
+def staged_bytes(
+    cfg: DecodeConfig,
+    swiglu: bool,
+    b_tiles: int,
+    warps_m: int,
+    m_frags: int,
+    warps_n: int,
+    n_frags: int,
+    k_tiles: int,
+    stages: int,
+) -> int:
+    """Shared memory a CTA of this tensor-core layout takes: `stages` padded chunks of x (float32) and w (bf16), and
+    SwiGLU's gate and up sums."""
+    lanes, rows, chunk = cfg.batch // b_tiles, warps_n * n_frags * mma.TILE, mma.TILE * k_tiles
+    return stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2) + (2 * lanes * rows * 4 if swiglu else 0)
 
 
 def _cuda_tensor_cores(
