@@ -19,9 +19,9 @@ def op_config(model: str, batch: int, **dtypes: str) -> DecodeConfig:
     return DecodeConfig(preset(model), batch=batch, max_len=OP_MAX_LEN.get(batch, 1024), **dtypes)
 
 
-def step_config(model: str, batch: int) -> DecodeConfig:
-    """One step-benchmark shape."""
-    return DecodeConfig(preset(model), batch=batch, max_len=STEP_MAX_LEN)
+def step_config(model: str, batch: int, **dtypes: str) -> DecodeConfig:
+    """One step-benchmark shape; `dtypes`: storage dtypes by `DecodeConfig` field (default: its defaults)."""
+    return DecodeConfig(preset(model), batch=batch, max_len=STEP_MAX_LEN, **dtypes)
 
 
 # The whole-model benchmark (benchmarks.model): PRESET:BATCH cases, bf16 weights and KV cache, float32 states.

@@ -1,12 +1,15 @@
 """Per-step latency of the runtime executor on the GPU: one GDN layer, one attention layer and a preset's whole
 mixer stack, eager launches vs CUDA-graph replay vs a PyTorch eager step, next to the weight-read floor and the
 floor of all the bytes a step must move (weights, plus recurrent and conv states read and written and the KV rows
-read, per lane: what dominates from a few lanes on). Layer rows also time each launch of the plan alone.
+read, per lane: what dominates from a few lanes on), each counted in its storage dtype. Layer rows also time each
+launch of the plan alone. The storage dtypes are `DecodeConfig`'s defaults (bf16 weights and KV) unless given; the
+PyTorch step then multiplies in bf16 (cuBLAS) and attends over the bf16 cache, as engines do.
 
 Each timed step is at the middle of the cache, after the steps before it were decoded (graph-replayed), so its
 KV rows and states hold what decoding wrote.
 
 python -m benchmarks.steps [--presets qwen3.5-0.8b qwen3.5-4b] [--batches 1 32] [--out FILE]
+    [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
 Also checks that decoding does not allocate: device memory in use before and after 1000 graph-replayed steps.
 """
 
@@ -25,6 +28,7 @@ from benchmarks.configs import STEP_BATCHES, STEP_MAX_LEN, STEP_PRESETS, step_co
 from benchmarks.record import Results
 from benchmarks.run import GPU, build_compiler, kernels_for, library_kernels, schedule_summary
 from benchmarks.timing import time_eager, time_launch
+from gdn_tvm.cli import add_dtype_arguments, dtypes
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
 from gdn_tvm.runtime.stack import HybridStack
@@ -49,10 +53,15 @@ class TorchStack:
         return x
 
 
+def _mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """`x @ w^T` in w's dtype (cuBLAS bf16 for bf16 weights), float32 out."""
+    return (x.to(w.dtype) @ w.t()).float()
+
+
 def _gdn(m, B, w, st, x, slots):
     hv, dv = m.n_v_heads, m.head_v_dim
-    mixed, z = x @ w["in_proj_qkv"].t(), (x @ w["in_proj_z"].t()).view(B, hv, dv)
-    b, a = x @ w["in_proj_b"].t(), x @ w["in_proj_a"].t()
+    mixed, z = _mm(x, w["in_proj_qkv"]), _mm(x, w["in_proj_z"]).view(B, hv, dv)
+    b, a = _mm(x, w["in_proj_b"]), _mm(x, w["in_proj_a"])
     qkv, qk = torch.empty_like(mixed), torch.empty(B, 2 * m.n_k_heads, m.head_k_dim, device=x.device)
     g, beta, o, y = torch.empty_like(b), torch.empty_like(b), torch.empty_like(z), torch.empty_like(z)
     torch_ops.causal_conv1d_silu(m, mixed, w["conv1d"], st[0], slots, qkv)
@@ -60,22 +69,25 @@ def _gdn(m, B, w, st, x, slots):
     torch_ops.gates(m, a, b, w["A"], w["dt_bias"], g, beta)
     torch_ops.delta_rule(m, qk, qkv, g, beta, st[1], slots, o)
     torch_ops.gated_rmsnorm(m, o, z, w["norm"], y)
-    return y.view(B, -1) @ w["out_proj"].t()
+    return _mm(y.view(B, -1), w["out_proj"])
 
 
 def _attn(m, B, w, st, x, slots, positions, seq_len):
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
-    qg = (x @ w["q_proj"].t()).view(B, hq, 2 * d)
-    k, v = (x @ w["k_proj"].t()).view(B, hkv, d), (x @ w["v_proj"].t()).view(B, hkv, d)
+    qg = _mm(x, w["q_proj"]).view(B, hq, 2 * d)
+    k, v = _mm(x, w["k_proj"]).view(B, hkv, d), _mm(x, w["v_proj"]).view(B, hkv, d)
     q, gate = torch.empty(B, hq, d, device=x.device), torch.empty(B, hq, d, device=x.device)
     torch_ops.split_interleaved(m, qg, q, gate)
     qn, kn, qr, kr = torch.empty_like(q), torch.empty_like(k), torch.empty_like(q), torch.empty_like(k)
     torch_ops.per_head_rmsnorm(m, q, k, w["q_norm"], w["k_norm"], qn, kn)
     torch_ops.partial_neox_rope(m, qn, kn, qr, kr, positions=positions)
     torch_ops.kv_row_scatter(m, kr, v, st[0], st[1], slots, positions=positions)
-    attn = torch.empty_like(q)
-    torch_ops.decode_attention(m, qr, st[0], st[1], slots, seq_len, attn)
-    return (attn * torch.sigmoid(gate)).view(B, -1) @ w["o_proj"].t()
+    attn = torch_ops.decode_attention(m, qr.to(st[0].dtype), st[0], st[1], slots, seq_len).float()
+    return _mm((attn * torch.sigmoid(gate)).view(B, -1), w["o_proj"])
+
+
+def _nbytes(t) -> int:
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(str(t.dtype)).itemsize
 
 
 def state_bytes(stack: HybridStack, position: int) -> int:
@@ -84,7 +96,7 @@ def state_bytes(stack: HybridStack, position: int) -> int:
     total = 0
     for layer in stack.layers:
         for state in layer.states:
-            per_slot = int(np.prod(state.shape[1:])) * np.dtype(str(state.dtype)).itemsize
+            per_slot = _nbytes(state) // state.shape[0]
             total += 2 * per_slot if layer.kind == "gdn" else per_slot * (position + 1) // stack.cfg.max_len
     return total * stack.cfg.batch
 
@@ -118,7 +130,7 @@ def bench_stack(cfg: DecodeConfig, kernels: dict, types: tuple[str, ...], label:
     position = STEP_MAX_LEN // 2
     x, slots = decode_until(stack, position)
     pos = np.full(cfg.batch, position, np.int32)
-    weight_bytes = sum(w.numel() * 4 for layer in stack.layers for w in layer.weights.values())
+    weight_bytes = sum(_nbytes(w) for layer in stack.layers for w in layer.weights.values())
     eager = time_eager(lambda _: stack.run(), 1)
     graph = time_eager(lambda _: stack.graph.replay(), 1)
     ref = TorchStack(stack)
@@ -154,13 +166,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/h200_steps.json")
     p.add_argument("--library", help="build root holding prebuilt CUDA modules for these configs (default: compile)")
     p.add_argument("--tuned", help="build root of tuned modules: used for the configs it holds (rows say which)")
+    add_dtype_arguments(p)
     args = p.parse_args(argv)
     results = Results(
-        args.out, "benchmarks.steps", argv, peak_gbps=GPU.peak_gbps, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2
-    )
+        args.out, "benchmarks.steps", argv, peak_gbps=GPU.peak_gbps, max_len=STEP_MAX_LEN, position=STEP_MAX_LEN // 2,
+        dtypes=dtypes(args),
+    )  # fmt: skip
     for name in args.presets:
         for batch in args.batches:
-            cfg = step_config(name, batch)
+            cfg = step_config(name, batch, **dtypes(args))
             kernels = library_kernels(args.tuned, cfg)
             schedules = schedule_summary(args.tuned, cfg) if kernels else "hand"
             compiler = build_compiler(args.tuned if kernels else args.library, cfg)

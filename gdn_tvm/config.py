@@ -120,8 +120,9 @@ class DecodeConfig:
     batch: lanes decoded together (B); slots: size of every state pool (conv, recurrent, KV);
     max_len: KV-cache rows per slot; split_len: positions per split-KV chunk.
     Storage dtypes (`DTYPES`): weight_dtype of the projection, conv and norm weights (the gates' A and dt_bias
-    stay float32); kv_dtype of the KV caches; state_dtype of the recurrent state. Activations and conv states are
-    float32.
+    stay float32); kv_dtype of the KV caches; state_dtype of the recurrent state. By default bf16 weights and KV
+    caches, as checkpoints ship and engines stream them, and a float32 recurrent state, as transformers keeps it.
+    Activations and conv states are float32.
     """
 
     model: ModelConfig
@@ -129,8 +130,8 @@ class DecodeConfig:
     slots: int = 0  # 0 => same as batch
     max_len: int = 4096
     split_len: int = 128
-    weight_dtype: str = "float32"
-    kv_dtype: str = "float32"
+    weight_dtype: str = "bfloat16"
+    kv_dtype: str = "bfloat16"
     state_dtype: str = "float32"
 
     def __post_init__(self) -> None:

@@ -21,15 +21,20 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.verify import check_kernel, mismatch
 
+# float32 storage (weights and KV caches), which most tests name: the defaults are bf16 (`DecodeConfig`), whose tests
+# are their own (`BF16_CASES`, the dtype-parametrised layer, model and checkpoint tests).
+F32 = {"weight_dtype": "float32", "kv_dtype": "float32"}
 # Two presets with Hv != Hk among them, B = 1 and B = 3 (4 slots, one lane skipped), a scaled-down cache and
 # vocabulary (an embedding table of the real one is 1-5 GB; tests/test_sample.py samples from the whole vocabulary).
 CASES = {
-    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=80, split_len=16).replace(vocab_size=1531),
-    "4b-B3": DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=80, split_len=16).replace(vocab_size=997),
-    "4b-B1-tiled": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=48, split_len=32).replace(
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=80, split_len=16, **F32).replace(vocab_size=1531),
+    "4b-B3": DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=80, split_len=16, **F32).replace(
+        vocab_size=997
+    ),
+    "4b-B1-tiled": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=48, split_len=32, **F32).replace(
         head_mapping="tiled", vocab_size=2053
     ),
-    "27b-B3-tiled": DecodeConfig(preset("qwen3.5-27b"), batch=3, slots=5, max_len=40, split_len=16).replace(
+    "27b-B3-tiled": DecodeConfig(preset("qwen3.5-27b"), batch=3, slots=5, max_len=40, split_len=16, **F32).replace(
         head_mapping="tiled", vocab_size=509
     ),
 }
@@ -132,10 +137,15 @@ UNTUNED = (
 TUNED = [name for name in OPS if name not in UNTUNED]
 # The shapes whose every workload of `TUNED` has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
 COMMITTED_CUDA_LOGS = {
-    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
-    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
-    "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
-    "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32),
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32),
+    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, **F32),
+    "4b-B1-32k": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768, **F32),
+    "4b-B32": DecodeConfig(preset("qwen3.5-4b"), batch=32, **F32),
+}
+# The default (bf16) configs whose mixer-step ops (`plan.step_ops`: what `make tune` tunes) all have H200 records.
+COMMITTED_BF16_STEP_LOGS = {
+    "0.8b-B1-bf16": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
+    "4b-B1-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=1),
 }
 
 

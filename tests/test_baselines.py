@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from conftest import CASES, assert_close
+from conftest import CASES, F32, assert_close
 
 from benchmarks import fla_ops, profile, report, run, steps, swap, sweep, timing, torch_ops
 from benchmarks.record import portable_arg
@@ -344,7 +344,7 @@ def test_torch_model_matches_the_model(rng):
         "tiny", hidden=64, n_layers=4, n_q_heads=2, n_kv_heads=1, n_k_heads=2, n_v_heads=4, head_k_dim=16,
         head_v_dim=16, head_dim=32, vocab_size=320, intermediate_size=96, tie_word_embeddings=False,
     )  # fmt: skip
-    cfg = DecodeConfig(m, batch=2, max_len=32, split_len=16)
+    cfg = DecodeConfig(m, batch=2, max_len=32, split_len=16, **F32)
     weights = random_model_weights(m, rng)
     ours = Model(cfg, build_kernels(cfg, llvm(), model_plan(cfg).ops), tvm.cpu(), weights)
     baseline = TorchModel(cfg, {k: torch.from_numpy(v) for k, v in weights.items()}, torch.float32, "torch")

@@ -165,6 +165,18 @@ def test_loader_converts_every_tensor(tmp_path, rng, prefix, fused, weight_dtype
             assert value.flags.c_contiguous, f"{kind} {name}"
 
 
+def test_default_keeps_bf16_as_stored(tmp_path, rng):
+    """bf16 is the default storage: a bf16 checkpoint loads as its own bf16 values (A and dt_bias in float32), the
+    arrays a default `DecodeConfig` stack takes."""
+    raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.", dtype=ml_dtypes.bfloat16)
+    assert DecodeConfig(PRESETS["qwen3.5-0.8b"]).weight_dtype == "bfloat16"
+    layers = load_checkpoint(tmp_path).layers
+    for got, want in zip(layers, expected_weights(raw, "model.layers.", fused=True), strict=True):
+        for name, value in got.items():
+            dtype = stored_dtype(name, "bfloat16")
+            assert value.dtype == dtype and np.array_equal(value, want[name].astype(dtype)), name
+
+
 @pytest.mark.parametrize("weight_dtype", ["float32", "bfloat16"])
 def test_zero_centred_norm_weights_come_through_as_stored(tmp_path, rng, weight_dtype):
     """The q/k norms, both layer norms and the final norm of a bf16 checkpoint: its bits as they are in a bf16 stack,
@@ -237,7 +249,7 @@ def test_loaded_checkpoint_decodes_against_reference(tmp_path, rng, dtype):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_floating_dtypes_load_as_float32(tmp_path, rng, dtype):
     raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.", dtype=dtype)
-    layers = load_checkpoint(tmp_path).layers
+    layers = load_checkpoint(tmp_path, "float32").layers
     for got, want in zip(layers, expected_weights(raw, "model.layers.", fused=True), strict=True):
         assert all(got[k].dtype == np.float32 and np.array_equal(got[k], want[k]) for k in want)
 
@@ -458,7 +470,7 @@ def test_a_transformers_checkpoint_loads_every_tensor(tmp_path, rng, multimodal,
     """Every text-model tensor of a checkpoint `transformers` wrote, under either naming, converted as
     docs/math.md says; the vision tower and MTP tensors are not read; a tied LM head is the embedding array."""
     params = save_transformers_model(tmp_path, rng, multimodal, tied)
-    loaded = load_checkpoint(tmp_path)
+    loaded = load_checkpoint(tmp_path, "float32")
     m = loaded.model
     assert (m.vocab_size, m.intermediate_size, m.tie_word_embeddings) == (320, 96, tied)
     model = "model.language_model." if multimodal else "model."

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import tvm
-from conftest import CASES, cuda_source
+from conftest import CASES, F32, cuda_source
 from tvm.script import tirx as T
 from tvm.support import nvcc
 
@@ -18,8 +18,8 @@ from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
 
 CUDA_CASES = {
-    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
-    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, slots=64, max_len=4096),
+    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768, **F32),
+    "0.8b-B32": DecodeConfig(preset("qwen3.5-0.8b"), batch=32, slots=64, max_len=4096, **F32),
 }
 
 
@@ -34,7 +34,7 @@ def test_cuda_codegen(name, case):
 def test_every_preset_lowers_every_op(model):
     """`make build --preset P` for CUDA: every op the preset has (`Op.applies`) lowers at its default decode shape
     (qwen3.5-27b's unsplit attention did not: its merge held barriers inside a condition)."""
-    cfg = DecodeConfig(preset(model))
+    cfg = DecodeConfig(preset(model), **F32)
     for name in (n for n, op in OPS.items() if op.applies(cfg)):
         assert "__global__" in cuda_source(name, cfg), name
 
@@ -62,7 +62,7 @@ K_ROW_LOAD = re.compile(
 
 @pytest.mark.parametrize(
     "cfg",
-    [CASES["4b-B3"], DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096)],
+    [CASES["4b-B3"], DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096, **F32)],
     ids=["4b-B3", "4b-B1-4096"],
 )
 def test_split_kv_scores_on_eight_lanes(cfg):
@@ -167,12 +167,12 @@ def test_split_kv_chunk_loads_issue_together():
     """qwen3.5-4b B=1 over 4096 rows: the split's chunk is a fixed 128 rows, its 2 K and 4 V row steps unrolled, and
     no V load sits under a branch (one did, and each waited for the one before). B=32's 2-warp CTAs take 16 K and 32
     V steps: left rolled (unrolled, they ran out of registers)."""
-    b1 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096))
+    b1 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=4096, **F32))
     steps = ROW_STEPS.findall(b1)
     assert (steps[0], steps[-1]) == (("#pragma unroll\n    ", "2"), ("#pragma unroll\n    ", "4"))
     lines = b1.splitlines()
     loads = [i for i, line in enumerate(lines) if V_ROW_LOAD.search(line)]
     assert loads and not any("condval" in line for i in loads for line in lines[i - 3 : i + 1])
-    b32 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=32, max_len=4096))
+    b32 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=32, max_len=4096, **F32))
     steps = ROW_STEPS.findall(b32)
     assert (steps[0], steps[-1]) == (("", "16"), ("", "32"))

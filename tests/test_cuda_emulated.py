@@ -13,6 +13,7 @@ import tvm
 from conftest import (
     BF16_CASES,
     CASES,
+    COMMITTED_BF16_STEP_LOGS,
     COMMITTED_CUDA_LOGS,
     REPO,
     TUNED,
@@ -23,6 +24,7 @@ from conftest import (
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
 from gdn_tvm.export.artifact import schedule_ops
+from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import check_kernel
@@ -63,6 +65,15 @@ def test_committed_h200_record_kernel_matches_reference(name, case, rng):
     (scheduled,) = schedule_ops(cfg, "cuda", REPO / "tuning_logs", [name], allow_hand=False)
     kernel = emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func})))
     check_kernel_against_reference(op, cfg, kernel, rng)
+
+
+@pytest.mark.parametrize("case", list(COMMITTED_BF16_STEP_LOGS))
+def test_committed_bf16_step_records_match_reference(case, rng):
+    """The kernels of the default (bf16) step's committed H200 records, emulated, against the reference."""
+    cfg = COMMITTED_BF16_STEP_LOGS[case]
+    for scheduled in schedule_ops(cfg, "cuda", REPO / "tuning_logs", step_ops(cfg), allow_hand=False):
+        op = OPS[scheduled.name]
+        check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func}))), rng)
 
 
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "decode_attention"])

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import F32, assert_close
 from gdn_tvm.schedules.decode_attention import cuda_warps
 
 from gdn_tvm.codegen.compile import compile_op
@@ -23,9 +23,9 @@ from gdn_tvm.verify import TOL_OP
 
 # 40 splits: more than the reduce's 32 split groups, so some groups merge several splits and, at short lengths,
 # some are empty; D spreads over 4 reduce chunks.
-CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=320, split_len=8)
+CFG = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, max_len=320, split_len=8, **F32)
 # 8 x 16 = 128 (lane, head) rows: the reduce's other layout, one block per (lane, head) in 8 groups of 12 splits.
-WIDE = DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=8, max_len=96, split_len=8)
+WIDE = DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=8, max_len=96, split_len=8, **F32)
 SEQ_LENS = [1, CFG.split_len, CFG.split_len + 1, 75, 270, CFG.max_len]
 
 
@@ -126,7 +126,7 @@ def test_rows_past_the_sequence_are_never_used(kernels, rng, seq_len):
 
 def test_reduce_layouts_by_rows():
     assert reduce_layout(CFG) == (32, 64) and reduce_layout(WIDE) == (8, WIDE.model.head_dim)
-    assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b))[0] for b in (32, 128, 256)] == [8, 2, 1]
+    assert [reduce_layout(DecodeConfig(preset("qwen3.5-4b"), batch=b, **F32))[0] for b in (32, 128, 256)] == [8, 2, 1]
 
 
 @pytest.mark.parametrize("layout", ["chunked", "wide-8-groups", "wide-1-group"])
@@ -159,7 +159,7 @@ def test_split_warps_follow_the_count_of_ctas():
     """16 warps a CTA while few CTAs (B=1 at 4096 rows: 64 and 128), 8 at 1024 (B=1 at 32k), 2 at 4096 (B=32); the
     shared-memory limit caps qwen3.5-27b (6 query heads a kv head) at 8."""
     warps = {
-        (name, batch, rows): cuda_warps(DecodeConfig(preset(name), batch=batch, max_len=rows), True, None, 4)
+        (name, batch, rows): cuda_warps(DecodeConfig(preset(name), batch=batch, max_len=rows, **F32), True, None, 4)
         for name, batch, rows in [("qwen3.5-0.8b", 1, 4096), ("qwen3.5-4b", 1, 4096), ("qwen3.5-4b", 1, 32768),
                                   ("qwen3.5-4b", 32, 4096), ("qwen3.5-27b", 1, 4096)]
     }  # fmt: skip

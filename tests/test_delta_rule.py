@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from conftest import assert_close, cuda_source
+from conftest import F32, assert_close, cuda_source
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import HEAD_MAPPINGS, DecodeConfig, preset
@@ -16,7 +16,7 @@ from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_OP, reference_copy
 
 OP = OPS["delta_rule"]
-B3 = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=5)  # Hv = 2*Hk: the two mappings differ
+B3 = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=5, **F32)  # Hv = 2*Hk: the two mappings differ
 
 
 def _inputs(cfg: DecodeConfig, rng: np.random.Generator) -> dict:
@@ -62,7 +62,7 @@ def test_skipped_lane_and_unused_slots_bit_identical(rng):
 
 
 def test_steps_carried_through_state(rng):
-    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4).replace(head_mapping="tiled")
+    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=3, slots=4, **F32).replace(head_mapping="tiled")
     state = _inputs(cfg, rng)["state"]
     ref_state = state.astype(np.float64)
     for step in range(8):
@@ -86,7 +86,7 @@ KNOBS = [
 @pytest.mark.parametrize("knobs", KNOBS, ids=lambda k: "-".join(f"{n}{v}" for n, v in k.items()) or "default")
 def test_cuda_state_streamed_once_in_vectors(knobs):
     """Every state access is a `vector`-wide load or store (no scalar path), reductions are warp shuffles."""
-    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=32)
+    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=32, **F32)
     src = cuda_source(OP.name, cfg, **knobs)
     width = knobs.get("vector", 4)
     for ptr in ("state_ptr", "state_out_ptr"):

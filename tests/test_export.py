@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tvm
-from conftest import COMMITTED_CUDA_LOGS, REPO, TUNED, check_kernel_against_reference
+from conftest import COMMITTED_BF16_STEP_LOGS, COMMITTED_CUDA_LOGS, F32, REPO, TUNED, check_kernel_against_reference
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.codegen.library import export_library
@@ -30,7 +30,7 @@ from gdn_tvm.target import cuda, gpu_present, llvm
 from gdn_tvm.tuning.driver import workloads
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
 
-CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
+CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64, **F32)
 
 
 def quiet(_line: str) -> None:
@@ -176,7 +176,7 @@ def test_load_needs_only_the_tvm_runtime(sigmoid_build):
         "import numpy as np, tvm.base\n"
         "from gdn_tvm.runtime.module import load\n"
         "from gdn_tvm.config import DecodeConfig, preset\n"
-        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len})\n"
+        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len}, **{F32!r})\n"
         f"k = load({str(sigmoid_build)!r}, cfg, 'llvm')['sigmoid_gate']\n"
         "x = np.ones(k.signature[0].shape, np.float32); y = np.zeros_like(x)\n"
         "k(x=x, gate=x, y=y)\n"
@@ -208,7 +208,7 @@ def test_cuda_build_without_a_driver_is_named(tmp_path):
     code = (
         "from gdn_tvm.config import DecodeConfig, preset\n"
         "from gdn_tvm.runtime.module import ManifestError, load\n"
-        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len})\n"
+        f"cfg = DecodeConfig(preset({CFG.model.name!r}), batch={CFG.batch}, max_len={CFG.max_len}, **{F32!r})\n"
         "try:\n"
         f"    load({str(tmp_path)!r}, cfg, 'cuda')\n"
         "except ManifestError as err:\n"
@@ -238,6 +238,16 @@ def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
     mod = tvm.IRModule({"sigmoid_gate": OPS["sigmoid_gate"].schedule(CFG, "cuda").mod["main"]})
     with pytest.raises(RuntimeError, match="source, not compiled device code"):
         export_library(mod, cuda(), tmp_path / "ops.so")
+
+
+@pytest.mark.parametrize("case", list(COMMITTED_BF16_STEP_LOGS))
+def test_default_bf16_step_has_committed_h200_logs(case, tmp_path):
+    """`make tune` / `make build` at their defaults (bf16 weights and KV, the mixer step's ops): every op has a record,
+    so a strict build of the default shape needs no hand schedule."""
+    cfg = COMMITTED_BF16_STEP_LOGS[case]
+    assert (cfg.weight_dtype, cfg.kv_dtype, cfg.state_dtype) == ("bfloat16", "bfloat16", "float32")
+    scheduled = schedule_ops(cfg, "cuda", REPO / "tuning_logs", step_ops(cfg), allow_hand=False)
+    assert {s.source for s in scheduled} == {"tuned"}
 
 
 @pytest.mark.parametrize("case", list(COMMITTED_CUDA_LOGS))
@@ -310,7 +320,7 @@ def test_committed_h200_logs_build_and_match_reference(case, tmp_path, rng):
 def test_whole_preset_stack_from_loaded_module(tmp_path, rng):
     """qwen3.5-0.8b's whole mixer stack (24 layers) on llvm kernels exported and loaded back (every preset runs on
     the GPU: tests/test_gpu.py; the larger ones would take 5-27 GiB of weights here)."""
-    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=2, slots=3, max_len=256, split_len=64)
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=2, slots=3, max_len=256, split_len=64, **F32)
     build(cfg, llvm(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=quiet)
     assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "llvm"), tvm.cpu(), rng, graph=False)
 
@@ -318,7 +328,7 @@ def test_whole_preset_stack_from_loaded_module(tmp_path, rng):
 def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
     """The executor on kernels loaded from an exported module: 8 steps of a GDN + attention stack vs the reference;
     kernels built for another shape are refused when the launch plan is built."""
-    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=48, split_len=16)
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=48, split_len=16, **F32)
     build(cfg, llvm(), tmp_path / "logs", tmp_path / "build", allow_hand=True, names=step_ops(cfg), echo=quiet)
     kernels = load(tmp_path / "build", cfg, "llvm")
     stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=("gdn", "attention"), seed=3)
@@ -330,7 +340,7 @@ def test_stack_steps_from_loaded_module_match_reference(tmp_path, rng):
         "from gdn_tvm.config import DecodeConfig, preset\n"
         "from gdn_tvm.runtime.module import load\n"
         "from gdn_tvm.runtime.stack import HybridStack\n"
-        f"cfg = DecodeConfig(preset({cfg.model.name!r}), batch=1, max_len=48, split_len=16)\n"
+        f"cfg = DecodeConfig(preset({cfg.model.name!r}), batch=1, max_len=48, split_len=16, **{F32!r})\n"
         f"kernels = load({str(tmp_path / 'build')!r}, cfg, 'llvm')\n"
         "stack = HybridStack(cfg, kernels, tvm.cpu(), layer_types=('gdn', 'attention'))\n"
         "out = stack.step(np.ones((1, cfg.model.hidden), np.float32), [0], [stack.acquire()]).numpy()\n"

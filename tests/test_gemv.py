@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import check_kernel_against_reference, cuda_source
+from conftest import F32, check_kernel_against_reference, cuda_source
 from cuda_emu import lower
 from gdn_tvm.schedules.gemv import cuda_layout
 from tvm.support import nvcc
@@ -30,7 +30,7 @@ KNOBS = {  # (proj, batch, cuda knobs, x staged in shared memory)
 
 
 def _cfg(batch: int, model: str = "qwen3.5-0.8b") -> DecodeConfig:
-    return DecodeConfig(preset(model), batch=batch)
+    return DecodeConfig(preset(model), batch=batch, **F32)
 
 
 def _check(name: str, cfg: DecodeConfig, target, rng, **knobs) -> None:
@@ -147,7 +147,7 @@ def test_lm_head_grid_covers_the_vocabulary(batch, grid, warps):
     """The LM head's 248,320 rows of qwen3.5-27b's 5120 columns: the CTAs all on blockIdx.x (up to 2^31 - 1; y and
     z stop at 65,535), 8 rows a CTA at B = 1, 32 (4 a thread) x 16 B tiles of 16 lanes at B = 256; and the weight's
     elements fit the kernel's int32 indices. (The emulated kernel is checked at the test cases' vocabularies.)"""
-    cfg = DecodeConfig(preset("qwen3.5-27b"), batch=batch)
+    cfg = DecodeConfig(preset("qwen3.5-27b"), batch=batch, **F32)
     (launch,) = lower(OPS["gemv_lm_head"].schedule(cfg, "cuda").mod)[1]
     assert launch.grid == (grid, 1, 1) and launch.block == (32, warps, 1)
     assert max(m.vocab_size * m.hidden for m in PRESETS.values()) < 2**31
@@ -156,7 +156,7 @@ def test_lm_head_grid_covers_the_vocabulary(batch, grid, warps):
 @pytest.mark.parametrize("model", PRESETS)
 def test_mlp_gemvs_apply_where_the_mlp_is_dense(model):
     """`Op.applies`: every op but the dense MLP's GEMVs (each variant) on the mixture-of-experts presets."""
-    cfg = DecodeConfig(preset(model))
+    cfg = DecodeConfig(preset(model), **F32)
     missing = {name for name, op in OPS.items() if not op.applies(cfg)}
     mlp = {SWIGLU, "gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj", "gemv_down_proj_residual"}
     assert missing == (set() if cfg.model.intermediate_size else mlp)

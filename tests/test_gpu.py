@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import tvm
-from conftest import assert_close, check_op_against_reference, reads_dtype
+from conftest import F32, assert_close, check_op_against_reference, reads_dtype
 from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
 from gdn_tvm.codegen.compile import build_kernels, compile_op
@@ -30,18 +30,20 @@ from gdn_tvm.verify import tolerance
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")]
 
 GPU_CASES = {
-    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=4096),
-    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768),
-    "4b-B8-tiled": DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=12, max_len=2048).replace(head_mapping="tiled"),
-    "27b-B4": DecodeConfig(preset("qwen3.5-27b"), batch=4, slots=6, max_len=1024, split_len=256),
-    "next80b-B32": DecodeConfig(preset("qwen3-next-80b-a3b"), batch=32, slots=40, max_len=1024, split_len=256),
+    "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=4096, **F32),
+    "4b-B1": DecodeConfig(preset("qwen3.5-4b"), batch=1, max_len=32768, **F32),
+    "4b-B8-tiled": DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=12, max_len=2048, **F32).replace(
+        head_mapping="tiled"
+    ),
+    "27b-B4": DecodeConfig(preset("qwen3.5-27b"), batch=4, slots=6, max_len=1024, split_len=256, **F32),
+    "next80b-B32": DecodeConfig(preset("qwen3-next-80b-a3b"), batch=32, slots=40, max_len=1024, split_len=256, **F32),
 }
 BF16_GPU_CASES = {  # weights, KV caches and recurrent states in bf16
     f"{name}-bf16": GPU_CASES[name].replace(weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="bfloat16")
     for name in ("0.8b-B1", "4b-B8-tiled")
 }
-ROPE_LONG = DecodeConfig(preset("qwen3.5-4b"), batch=4, max_len=2**18 + 1)
-WIDE_B = DecodeConfig(preset("qwen3.5-4b"), batch=256, max_len=1024)  # defaults that switch at large B
+ROPE_LONG = DecodeConfig(preset("qwen3.5-4b"), batch=4, max_len=2**18 + 1, **F32)
+WIDE_B = DecodeConfig(preset("qwen3.5-4b"), batch=256, max_len=1024, **F32)  # defaults that switch at large B
 
 
 @pytest.mark.parametrize(
@@ -72,7 +74,7 @@ def test_large_batch_defaults_on_gpu(name, rng):
 
 LAYER_GPU = {
     "0.8b-B1": GPU_CASES["0.8b-B1"],
-    "4b-B8": DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=12, max_len=1024),
+    "4b-B8": DecodeConfig(preset("qwen3.5-4b"), batch=8, slots=12, max_len=1024, **F32),
     "0.8b-B1-bf16": GPU_CASES["0.8b-B1"].replace(weight_dtype="bfloat16", kv_dtype="bfloat16"),  # float32 states
 }
 _KERNELS: dict[str, dict] = {}
@@ -113,7 +115,7 @@ def test_decode_steps_on_gpu_graph_equals_eager(case, types, rng):
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_stack_from_exported_modules(name, tmp_path, rng):
     """Each preset's kernels exported as `make build` does and loaded back; its whole stack replayed as a graph."""
-    cfg = DecodeConfig(preset(name), batch=2, slots=3, max_len=256, split_len=64)
+    cfg = DecodeConfig(preset(name), batch=2, slots=3, max_len=256, split_len=64, **F32)
     build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=lambda _: None)
     assert_preset_stack_decodes(cfg, load(tmp_path, cfg, "cuda"), device_of(cuda()), rng, graph=True)
 
@@ -124,7 +126,7 @@ import numpy as np, tvm
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
-cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64)
+cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64, **F32)
 stack = HybridStack(cfg, load(sys.argv[1], cfg, "cuda"), tvm.cuda(0), seed=3)
 stack.capture()
 x = np.load(sys.argv[2])
@@ -140,7 +142,7 @@ def test_runtime_only_process_decodes_a_cuda_build(tmp_path, rng):
     """A CUDA build loaded where the TVM compiler never is (TVM_USE_RUNTIME_LIB=1, as a deployment without the
     compiler): `load` registers the CUDA module loader itself, and 4 graph-replayed steps equal the same steps of a
     stack built in this process."""
-    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64)
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64, **F32)
     build(cfg, cuda(), tmp_path / "no-logs", tmp_path, allow_hand=True, names=step_ops(cfg), echo=lambda _: None)
     x = rng.standard_normal((4, 1, cfg.model.hidden)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -166,7 +168,7 @@ def test_fla_baseline_computes_the_op(name, label, rng):
     pytest.importorskip("fla", reason="fla-core (flash-linear-attention) is the delta rule's benchmark baseline")
     from benchmarks import fla_ops, run
 
-    op, cfg = OPS[name], DecodeConfig(preset("qwen3.5-4b"), batch=8)
+    op, cfg = OPS[name], DecodeConfig(preset("qwen3.5-4b"), batch=8, **F32)
     values = run.inputs(op, cfg, rng)
     v_first, in_place = fla_ops.LAYOUTS[label]
     mine = run.clone(values)
@@ -194,7 +196,7 @@ def test_bf16_op_benchmark_row(name, rng):
     assert row["tvm_us"] > 0 and row["torch_us"] > 0 and "bf16" in row["key"], row
 
 
-MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, split_len=32).replace(
+MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, split_len=32, **F32).replace(
     n_layers=4, vocab_size=4099
 )  # three GDN layers and an attention one at 0.8b sizes, every model op at its CUDA schedule
 

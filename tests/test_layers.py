@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 import tvm
-from conftest import BF16_CASES, CASES, OnCuda, assert_close
+from conftest import BF16_CASES, CASES, F32, OnCuda, assert_close
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
@@ -298,7 +298,7 @@ def test_nan_weight_is_rejected_by_name():
 def test_every_preset_pattern_period_decodes(name, rng):
     """One period of each remaining preset's layer pattern (3 GDN + 1 attention layers, its real head counts and
     hidden size), 4 steps on llvm against the reference; the full stacks of the large presets do not fit a CPU."""
-    cfg = DecodeConfig(PRESETS[name], batch=1, max_len=16, split_len=8)
+    cfg = DecodeConfig(PRESETS[name], batch=1, max_len=16, split_len=8, **F32)
     period = cfg.model.layer_types[: cfg.model.full_attention_interval]
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=period, seed=5)
     assert_decodes_like_reference(stack, rng, steps=4)

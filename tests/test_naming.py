@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import tvm_ffi
+from conftest import F32
 
 from gdn_tvm import naming
 from gdn_tvm.config import DecodeConfig, ModelConfig
@@ -15,7 +16,7 @@ BASE = DecodeConfig(
         "t", hidden=256, n_layers=4, n_q_heads=4, n_kv_heads=2, n_k_heads=2, n_v_heads=4, head_k_dim=32, head_v_dim=32,
         head_dim=64, intermediate_size=384,
     ),
-    batch=2, slots=3, max_len=64, split_len=16,
+    batch=2, slots=3, max_len=64, split_len=16, **F32,
 )  # fmt: skip
 # One field changed at a time: every field of DecodeConfig and ModelConfig, and split counts at one split length.
 CHANGES = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from conftest import assert_close, cuda_source
+from conftest import F32, assert_close, cuda_source
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
@@ -15,7 +15,7 @@ from gdn_tvm.target import llvm
 from gdn_tvm.verify import TOL_OP, reference_copy
 
 OP = OPS["partial_neox_rope"]
-LONG = DecodeConfig(preset("qwen3.5-4b"), batch=3, max_len=2**18 + 1)
+LONG = DecodeConfig(preset("qwen3.5-4b"), batch=3, max_len=2**18 + 1, **F32)
 
 
 def long_inputs(rng: np.random.Generator) -> dict:

@@ -33,7 +33,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from conftest import child_loader
+from conftest import F32, child_loader
 from hypothesis import given
 from hypothesis import strategies as st
 from test_manifest_fuzz import DELETE, changed, edit, edited, fuzz
@@ -45,7 +45,7 @@ from gdn_tvm.tuning.records import PACKED, RECORDS, SUMMARY
 from gdn_tvm.tuning.workload import workload
 
 TALLY: Counter[str] = Counter()
-W = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1), "cuda")
+W = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32), "cuda")
 LOGS = Path(__file__).parent.parent / "tuning_logs"
 BASE = {name: (LOGS / W.key / name).read_bytes() for name in (RECORDS, PACKED, SUMMARY)}
 RECORD = json.loads(BASE[RECORDS])  # [workload index, [trace, run_secs, target, args]]
@@ -60,7 +60,7 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import workload
-w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1), "cuda")
+w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32), "cuda")
 for line in sys.stdin:
     pid = os.fork()
     if pid == 0:

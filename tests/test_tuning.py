@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from conftest import check_kernel_against_reference
+from conftest import F32, check_kernel_against_reference
 from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm import naming
@@ -33,7 +33,7 @@ from gdn_tvm.tuning.driver import tune, workloads
 from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
 
-CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64)
+CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64, **F32)
 SHAPE_ARGS = ["--target", "llvm", "--preset", "qwen3.5-0.8b", "--max-len", "64"]  # CFG on the command lines
 # Element-wise; a positions index buffer; slots with an in-place state; two ops sharing one workload (deduplicated).
 TUNE_OPS = ("sigmoid_gate", "partial_neox_rope", "causal_conv1d_silu", "gemv_in_proj_b", "gemv_in_proj_a")

@@ -7,6 +7,7 @@ import gc
 import numpy as np
 import pytest
 import tvm
+from conftest import F32
 
 from gdn_tvm.config import STACKED, DecodeConfig, preset
 from gdn_tvm.plan import attention, fusions, model, step_ops
@@ -40,7 +41,7 @@ def test_upload_stacks_on_the_device_and_unstack_inverts_it(rng, kind):
     m = preset("qwen3.5-0.8b")
     w = random_weights(m, "attention", rng)
     given = {n: _as(kind, a) for n, a in w.items()}
-    stacked = upload(given, attention(DecodeConfig(m)).weights, tvm.cpu(), {"qkv_proj": STACKED["qkv_proj"]})
+    stacked = upload(given, attention(DecodeConfig(m, **F32)).weights, tvm.cpu(), {"qkv_proj": STACKED["qkv_proj"]})
     assert set(stacked) == set(w) - set(STACKED["qkv_proj"]) | {"qkv_proj"}
     assert stacked["qkv_proj"].shape == m.projections["qkv_proj"]
     np.testing.assert_array_equal(stacked["qkv_proj"].numpy(), np.concatenate([w[p] for p in STACKED["qkv_proj"]]))
@@ -59,7 +60,7 @@ def _as(kind: str, a: np.ndarray):
 
 def test_every_preset_stacks_its_projections_at_b1_only():
     for name in ("qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-27b", "qwen3-next-80b-a3b"):
-        one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
+        one, two = DecodeConfig(preset(name), **F32), DecodeConfig(preset(name), batch=2, **F32)
         assert fusions(one).stacked == set(STACKED) and not fusions(two).stacked
         assert "gemv_in_proj_conv" in step_ops(one) and "gemv_in_proj_qkv" in step_ops(two)
         assert step_ops(one, ("gdn",)) == ["gemv_in_proj_conv", "delta_rule_fused", "gemv_out_proj_norm"]
@@ -70,7 +71,7 @@ def test_every_preset_stacks_its_projections_at_b1_only():
 def test_block_stages_take_the_layer_norms_into_the_gemvs_at_b1(name):
     """At B = 1 no norm runs inside the layers (the GEMVs reading the residual stream normalise it, those writing a
     sublayer's output add into it in place), where the B = 2 plan launches two norms a layer."""
-    one, two = DecodeConfig(preset(name)), DecodeConfig(preset(name), batch=2)
+    one, two = DecodeConfig(preset(name), **F32), DecodeConfig(preset(name), batch=2, **F32)
     assert fusions(one).block_stages and not fusions(two).block_stages
     fused, plain = model(one), model(two)
     assert "add_rmsnorm" not in fused.ops and fused.ops.count("rmsnorm") == 1

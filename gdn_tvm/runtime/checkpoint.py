@@ -326,7 +326,7 @@ class Checkpoint:
         return named
 
 
-def load_checkpoint(path: str | Path, weight_dtype: str = "float32") -> Checkpoint:
+def load_checkpoint(path: str | Path, weight_dtype: str = "bfloat16") -> Checkpoint:
     """Every weight of the text model in a checkpoint directory (`Checkpoint`), in their stored dtypes at
     `weight_dtype` (a `config.DTYPES` name); `CheckpointError` (an `ArgumentError`) naming the file and the field or
     tensor where a check fails, `ArgumentError` naming `weight_dtype` for a dtype outside `DTYPES`."""
