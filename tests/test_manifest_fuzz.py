@@ -52,7 +52,9 @@ LOADER = """
 import os, signal, sys
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.runtime.module import ManifestError, load
-cfg = DecodeConfig(preset(sys.argv[1]), batch=int(sys.argv[2]), max_len=int(sys.argv[3]), **F32)
+cfg = DecodeConfig(
+    preset(sys.argv[1]), batch=int(sys.argv[2]), max_len=int(sys.argv[3]), weight_dtype="float32", kv_dtype="float32"
+)
 for line in sys.stdin:
     pid = os.fork()
     if pid == 0:

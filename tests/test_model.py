@@ -185,7 +185,7 @@ def test_generate_cli_streams_a_checkpoints_tokens(tmp_path, rng, capsys):
 
     save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
     prompt = rng.integers(0, TINY["vocab_size"], 3).tolist()
-    expect = ours(tmp_path, "float32").generate([Request(prompt, 12)])[0]
+    expect = ours(tmp_path, "bfloat16").generate([Request(prompt, 12)])[0]  # the CLI's default storage
     args = ["--checkpoint", str(tmp_path), "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]
     assert generate.main([*args, "--target", "llvm", "--max-len", "96", "--split-len", "32"]) == 0
     out = capsys.readouterr()

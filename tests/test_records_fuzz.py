@@ -60,7 +60,7 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import workload
-w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32), "cuda")
+w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, weight_dtype="float32"), "cuda")
 for line in sys.stdin:
     pid = os.fork()
     if pid == 0:

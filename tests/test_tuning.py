@@ -34,7 +34,10 @@ from gdn_tvm.tuning.space import hand_designs, knob_grid
 from gdn_tvm.tuning.workload import workload
 
 CFG = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64, **F32)
-SHAPE_ARGS = ["--target", "llvm", "--preset", "qwen3.5-0.8b", "--max-len", "64"]  # CFG on the command lines
+SHAPE_ARGS = [  # CFG on the command lines
+    "--target", "llvm", "--preset", "qwen3.5-0.8b", "--max-len", "64",
+    "--weight-dtype", "float32", "--kv-dtype", "float32",
+]  # fmt: skip
 # Element-wise; a positions index buffer; slots with an in-place state; two ops sharing one workload (deduplicated).
 TUNE_OPS = ("sigmoid_gate", "partial_neox_rope", "causal_conv1d_silu", "gemv_in_proj_b", "gemv_in_proj_a")
 TRIALS = 2
