@@ -36,16 +36,14 @@ MANY_ROW_TILES = 4096  # from this many 16-row tiles, 4 lane tiles a warp (the L
 # down 317 -> 230, gate|up 394 -> 311, out_proj 142 -> 105; on the LM head the second buffer leaves room for half
 # the rows a CTA, so x is read twice as often: 1,928 -> 3,691 us (587 -> 910 at B=32).
 STAGES = 2
-# Wide CTAs in dynamic shared memory by default: from WIDE_LANES lanes, or from TENSOR_CORE_LANES on plain (not
-# SwiGLU) projections of at least WIDE_ROW_TILES row tiles, CTAs of 64 lanes x 128 rows (WIDE: 8 warps, 2 x 4, of
-# 2 x 2 tiles); the LM head from TENSOR_CORE_LANES, CTAs of up to 256 lanes x 128 rows (WIDE_LM_HEAD: 2 x 2 or 4 x 2
-# warps of 4 x 4 tiles). qwen3.5-4b bf16 on the H200 (h200_sweeps_tensor_cores.jsonl, us, default -> wide):
-# B=256 qkv 278 -> 160, down 347 -> 309, out_proj 162 -> 139, gate|up 594 -> 518, LM head 3,784 -> 2,895; B=128
-# qkv 149 -> 90, LM head 1,941 -> 1,346. At B=128 the others lose (down 227 -> 308, out_proj 104 -> 139, 40 CTAs;
-# gate|up 309 -> 349) and keep the static layouts.
-WIDE_LANES = 256
-WIDE_ROW_TILES = 512
-WIDE = {"m_frags": 2, "warps_n": 4, "n_frags": 2}
+# Wide CTAs in dynamic shared memory by default, from TENSOR_CORE_LANES lanes. Warps along the lanes only
+# (`_wide`: one lane tile and 4 row tiles a warp, 2 where 4 would leave fewer than half the SMs a CTA; up to 8 warps
+# over 128 lanes), so each x fragment is split into bf16 hi and lo by one warp, not by every warp of its rows; the
+# LM head, CTAs of up to 256 lanes x 128 rows (WIDE_LM_HEAD: 2 x 2 or 4 x 2 warps of 4 x 4 tiles). qwen3.5-4b bf16
+# on the H200, us, the former defaults (h200_ops_bf16_wide.json) -> warps along the lanes
+# (h200_sweeps_tensor_cores.jsonl): B=128 qkv 91 -> 78, down 230 -> 190, out_proj 105 -> 86, gate|up 312 -> 280;
+# B=256 qkv 160 -> 124, down 311 -> 263, out_proj 141 -> 118, gate|up 523 -> 414. The LM head, static ->
+# WIDE_LM_HEAD: 1,941 -> 1,373 at B=128, 3,784 -> 2,902 at B=256.
 WIDE_LM_HEAD = {"m_frags": 4, "warps_n": 2, "n_frags": 4}
 
 # A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
@@ -286,8 +284,8 @@ def tensor_core_layout(
     fewest B tiles whose chunks fit the shared memory a CTA may take (every lane in one CTA where they do, so each
     weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in (refused
     where the layout fits statically: the static kernel is the same design). Where `warps_n`, `n_frags`, `m_frags`
-    and `dynamic_smem` are all left to the default, the wide CTAs of `WIDE` / `WIDE_LM_HEAD` where those apply, in
-    what a kernel that opts in may take.
+    and `dynamic_smem` are all left to the default, the wide CTAs of `_wide` where those apply, in what a kernel
+    that opts in may take.
     """
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
@@ -297,7 +295,7 @@ def tensor_core_layout(
         raise ValueError(f"{proj}: {n_rows} x {n_cols} is not whole 16 x 16 tiles")
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
     many_rows = n_tiles >= MANY_ROW_TILES
-    wide = _wide(cfg.batch, n_tiles, swiglu, many_rows)
+    wide = _wide(m_tiles, n_tiles, many_rows, gpu)
     if wide and warps_n is None and n_frags is None and m_frags is None and dynamic_smem is None:
         warps_n, n_frags, m_frags = wide["warps_n"], wide["n_frags"], wide["m_frags"]
         dynamic_smem = True
@@ -335,12 +333,16 @@ def tensor_core_layout(
     )
 
 
-def _wide(batch: int, n_tiles: int, swiglu: bool, many_rows: bool) -> dict[str, int] | None:
-    """The wide-CTA knobs a default tensor-core layout takes at this shape (see `WIDE`), or None."""
+def _wide(m_tiles: int, n_tiles: int, many_rows: bool, gpu: GpuSpec) -> dict[str, int] | None:
+    """The wide-CTA knobs a default tensor-core layout takes at this shape (see `WIDE_LM_HEAD`), or None."""
+    if m_tiles * mma.TILE < TENSOR_CORE_LANES:
+        return None
     if many_rows:
-        return WIDE_LM_HEAD if batch >= TENSOR_CORE_LANES else None
-    if batch >= WIDE_LANES or (batch >= TENSOR_CORE_LANES and not swiglu and n_tiles >= WIDE_ROW_TILES):
-        return WIDE
+        return WIDE_LM_HEAD
+    b_tiles = max(1, m_tiles // 8)  # 8 warps of one lane tile a CTA
+    for n_frags in (4, 2):
+        if n_tiles % n_frags == 0 and (n_frags == 2 or n_tiles // n_frags * b_tiles >= gpu.sms // 2):
+            return {"m_frags": 1, "warps_n": 1, "n_frags": n_frags}
     return None
 
 

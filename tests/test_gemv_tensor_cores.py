@@ -89,7 +89,7 @@ EMULATED = {  # (op, batch, knobs): the default layouts, several k steps and B t
     "swiglu-B48-warps": (SWIGLU, 48, TC | {"warps_n": 2, "n_frags": 1, "m_frags": 1}),
     "z-B128-dynamic-104KB": ("gemv_in_proj_z", 128, TC | BIG_CTA),  # every lane and 128 rows a CTA
     "swiglu-B64-dynamic-60KB": (SWIGLU, 64, TC | {"dynamic_smem": True, "m_frags": 4, "warps_n": 2, "n_frags": 1}),
-    "z-B256-wide-default": ("gemv_in_proj_z", 256, {}),  # 4 B tiles of 64 lanes x 128 rows, 8 warps of 2 x 2 tiles
+    "z-B256-wide-default": ("gemv_in_proj_z", 256, {}),  # 2 B tiles of 128 lanes x 32 rows, 8 warps along the lanes
 }
 
 
@@ -132,31 +132,36 @@ def test_tensor_core_layout_refuses_what_it_cannot_tile(batch, dtype, knobs, mes
 
 
 def test_tensor_core_layout_fills_the_gpu_and_shared_memory():
-    """Defaults: the most rows a CTA that leave a CTA for every SM, then the fewest B tiles whose chunks fit shared
-    memory; 1 lane tile a warp and 2 stages, 4 lane tiles and 1 stage on the LM head. Wide CTAs in dynamic shared
-    memory where they measured faster: 64 lanes x 128 rows from 256 lanes (from 128 on qkv's 512 row tiles), and
-    on the LM head every lane (up to 256) and 128 rows."""
+    """Static defaults: the most rows a CTA that leave a CTA for every SM, then the fewest B tiles whose chunks fit
+    shared memory; 1 lane tile a warp and 2 stages, 4 lane tiles and 1 stage on the LM head. Wide defaults in dynamic
+    shared memory, the layouts the H200 timed fastest: warps along the lanes (8 over 128), 4 row tiles a warp where
+    that leaves half the SMs a CTA, else 2; on the LM head every lane (up to 256) and 128 rows."""
     cfg = _cfg(128, model="qwen3.5-4b")
-    assert tensor_core_layout(cfg, "gate_up_proj", swiglu=True) == (8, 1, 1, 4, 1, 4, 2)
-    assert tensor_core_layout(cfg, "down_proj") == (2, 4, 1, 1, 1, 4, 2)  # 320 CTAs
-    assert tensor_core_layout(cfg, "down_proj", stages=1) == (1, 8, 1, 1, 1, 4, 1)
-    assert tensor_core_layout(cfg, "in_proj_qkv") == (2, 2, 2, 4, 2, 4, 2)  # wide
-    assert tensor_core_layout(cfg, "in_proj_qkv", dynamic_smem=False) == (2, 4, 1, 2, 1, 4, 2)  # static
+    lane_warps = {"m_frags": 1, "warps_n": 1, "dynamic_smem": True}
+    assert tensor_core_layout(cfg, "in_proj_qkv") == (1, 8, 1, 1, 4, 4, 2)  # 128 CTAs
+    assert tensor_core_layout(cfg, "in_proj_qkv") == tensor_core_layout(cfg, "in_proj_qkv", n_frags=4, **lane_warps)
+    assert tensor_core_layout(cfg, "down_proj") == (1, 8, 1, 1, 2, 4, 2)  # 4 row tiles would leave 40 CTAs
+    assert tensor_core_layout(cfg, "gate_up_proj", swiglu=True) == (1, 8, 1, 1, 4, 4, 2)
     assert tensor_core_layout(cfg, "lm_head") == (1, 2, 4, 2, 4, 4, 1)
+    assert tensor_core_layout(cfg, "in_proj_qkv", dynamic_smem=False) == (2, 4, 1, 2, 1, 4, 2)  # static
+    assert tensor_core_layout(cfg, "gate_up_proj", swiglu=True, dynamic_smem=False) == (8, 1, 1, 4, 1, 4, 2)
+    assert tensor_core_layout(cfg, "down_proj", dynamic_smem=False) == (2, 4, 1, 1, 1, 4, 2)  # 320 CTAs
+    assert tensor_core_layout(cfg, "down_proj", stages=1, dynamic_smem=False) == (1, 8, 1, 1, 1, 4, 1)
     assert tensor_core_layout(_cfg(32, model="qwen3.5-4b"), "lm_head") == (1, 1, 2, 4, 2, 4, 1)  # static
     cfg = _cfg(256, model="qwen3.5-4b")
     for proj, swiglu in (("in_proj_qkv", False), ("down_proj", False), ("out_proj", False), ("gate_up_proj", True)):
-        assert tensor_core_layout(cfg, proj, swiglu) == (4, 2, 2, 4, 2, 4, 2)
+        assert tensor_core_layout(cfg, proj, swiglu) == (2, 8, 1, 1, 4, 4, 2)
     assert tensor_core_layout(cfg, "lm_head") == (1, 4, 4, 2, 4, 4, 1)
 
 
 @pytest.mark.parametrize(
     "model, batch, name, dynamic",
     [
-        ("qwen3.5-4b", 128, "gemv_in_proj_qkv", 2 * (64 * (64 + 4) * 4 + 128 * (64 + 8) * 2)),
-        ("qwen3.5-4b", 256, SWIGLU, 2 * (64 * 68 * 4 + 128 * 72 * 2) + 2 * 64 * 128 * 4),
+        ("qwen3.5-4b", 128, "gemv_in_proj_qkv", 2 * (128 * (64 + 4) * 4 + 64 * (64 + 8) * 2)),
+        ("qwen3.5-4b", 128, "gemv_down_proj", 2 * (128 * 68 * 4 + 32 * 72 * 2)),
+        ("qwen3.5-4b", 256, SWIGLU, 2 * (128 * 68 * 4 + 64 * 72 * 2) + 2 * 128 * 64 * 4),
         ("qwen3.5-4b", 256, "gemv_lm_head", 256 * 68 * 4 + 128 * 72 * 2),
-        ("qwen3.5-4b", 128, "gemv_down_proj", 0),  # the static layout
+        ("qwen3.5-4b", 32, "gemv_lm_head", 0),  # the static layout
     ],
 )
 def test_wide_defaults_stage_in_dynamic_shared_memory(model, batch, name, dynamic):
@@ -198,7 +203,7 @@ def test_split_keeps_float32_accuracy(rng):
 GPU_CASES = [(name, batch) for name in ("gemv_in_proj_qkv", "gemv_down_proj", SWIGLU) for batch in (16, 32, 128, 256)]
 GPU_CASES += [("gemv_lm_head", 32)]  # its float64 reference is the slow part
 GPU_CASES += [("gemv_in_proj_qkv", 128, BIG_CTA)]  # past 48 KB: the runtime opts the kernel in
-GPU_CASES += [("gemv_lm_head", 128)]  # the wide default: 128 lanes x 128 rows a CTA
+GPU_CASES += [("gemv_lm_head", 128)]  # its wide default: 128 lanes x 128 rows a CTA
 
 
 @pytest.mark.gpu
