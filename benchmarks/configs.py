@@ -24,7 +24,8 @@ def step_config(model: str, batch: int, **dtypes: str) -> DecodeConfig:
     return DecodeConfig(preset(model), batch=batch, max_len=STEP_MAX_LEN, **dtypes)
 
 
-# The whole-model benchmark (benchmarks.model): PRESET:BATCH cases, bf16 weights and KV cache, float32 states.
+# The whole-model benchmark (benchmarks.model): PRESET:BATCH cases at the default storage (bf16 weights and KV cache,
+# float32 states).
 MODEL_CASES = [f"qwen3.5-0.8b:{b}" for b in (1, 8, 32, 128)] + [f"qwen3.5-4b:{b}" for b in (1, 8, 32, 128)]
 MODEL_CASES += ["qwen3.5-9b:1"]
 MODEL_MAX_LEN = 4096
@@ -32,6 +33,4 @@ MODEL_MAX_LEN = 4096
 
 def model_config(model: str, batch: int, max_len: int = MODEL_MAX_LEN) -> DecodeConfig:
     """One whole-model benchmark shape."""
-    return DecodeConfig(
-        preset(model), batch=batch, max_len=max_len, weight_dtype="bfloat16", kv_dtype="bfloat16", state_dtype="float32"
-    )
+    return DecodeConfig(preset(model), batch=batch, max_len=max_len)

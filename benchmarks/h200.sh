@@ -20,13 +20,15 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if [ -z "${H200_READY:-}" ]; then  # once per machine; parallel runs of this script set H200_READY=1 after it
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1  # maps schedules/ in
+    [ -f .device/bench.tar.xz ] && mkdir -p build && tar xJf .device/bench.tar.xz -C build
+fi
+if [ ! -d .device/extra ]; then  # once per copy of .device/ (a new call's copy replaces the unpacked extras)
     if compgen -G ".device/*.whl" >/dev/null; then  # fla-core; pytest-xdist + execnet (parallel GPU tests)
         python3 -m pip install -q --no-index --no-deps --target .device/extra .device/*.whl
     fi
     if [ -f .device/fla-core.tar.xz ]; then  # fla-core's wheel contents repacked (xz: half the wheel's size)
         mkdir -p .device/extra && tar xJf .device/fla-core.tar.xz -C .device/extra
     fi
-    [ -f .device/bench.tar.xz ] && mkdir -p build && tar xJf .device/bench.tar.xz -C build
 fi
 # Prebuilt modules (`make bench-prebuild`) under $H200_BUILD/bench (default build/bench): hand, tuned where logs exist,
 bench=${H200_BUILD:-build}/bench  # dlight
