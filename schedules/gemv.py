@@ -9,6 +9,7 @@ gate row `n` and up row `I + n` together ("rows" count such pairs). The prologue
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from tvm import s_tir
 
@@ -17,6 +18,21 @@ from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
 from . import mma
 from .common import per_load, vectorize_floats
+
+
+class TensorCoreLayout(NamedTuple):
+    """A tensor-core GEMV layout (`tensor_core_layout`): a CTA covers `B / b_tiles` lanes in `warps_m` warps of
+    `m_frags` 16-lane tiles and `warps_n * n_frags` 16-row tiles, `k_tiles * 16` columns a k step, `stages` steps in
+    flight."""
+
+    b_tiles: int
+    warps_m: int
+    m_frags: int
+    warps_n: int
+    n_frags: int
+    k_tiles: int
+    stages: int
+
 
 MANY_LANES = 8  # from this many lanes on, each weight element feeds enough multiply-adds that float32 FLOPs bind
 # There, a projection of >= 1024 rows takes at least 16 rows a CTA and one warp per group of 4 rows: the knob-grid
@@ -169,8 +185,8 @@ def cuda(
             raise ValueError("tensor cores: the conv, norm, rmsnorm and residual variants run on CUDA cores")
         layout = tensor_core_layout(cfg, proj, swiglu, warps_n, n_frags, m_frags, k_tiles, stages, dynamic_smem, gpu)
         if dynamic_smem is None:  # a default layout: dynamic where static shared memory would not hold it
-            dynamic_smem = staged_bytes(cfg, swiglu, *layout) > gpu.shared_memory_per_block
-        return _cuda_tensor_cores(sch, swiglu, *layout, scope="shared.dyn" if dynamic_smem else "shared")
+            dynamic_smem = staged_bytes(cfg, swiglu, layout) > gpu.shared_memory_per_block
+        return _cuda_tensor_cores(sch, swiglu, layout, scope="shared.dyn" if dynamic_smem else "shared")
     if dynamic_smem:
         raise ValueError("dynamic_smem: a knob of the tensor-core schedule, not of the CUDA-core one")
     vector = vector or per_load(cfg.weight_dtype)
@@ -274,8 +290,8 @@ def tensor_core_layout(
     stages: int | None = None,
     dynamic_smem: bool | None = None,
     gpu: GpuSpec = DEFAULT_GPU,
-) -> tuple[int, int, int, int, int, int, int]:
-    """`(b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles, stages)` of the tensor-core schedule.
+) -> TensorCoreLayout:
+    """The `TensorCoreLayout` of the tensor-core schedule.
 
     A CTA covers `B / b_tiles` lanes (`warps_m * m_frags` 16-lane tiles) and `warps_n * n_frags` 16-row tiles of w
     (SwiGLU: output rows, each a gate and an up row), staging `k_tiles * 16` columns of x and w a step in shared
@@ -322,9 +338,9 @@ def tensor_core_layout(
     per_warp = m_tiles // m_frags
     for w_n, f_n in shapes:
         for b_tiles in (d for d in range(1, per_warp + 1) if per_warp % d == 0):
-            layout = b_tiles, per_warp // b_tiles, m_frags, w_n, f_n, k_tiles, stages
-            need = staged_bytes(cfg, swiglu, *layout)
-            if layout[1] * w_n <= 8 and need <= smem:
+            layout = TensorCoreLayout(b_tiles, per_warp // b_tiles, m_frags, w_n, f_n, k_tiles, stages)
+            need = staged_bytes(cfg, swiglu, layout)
+            if layout.warps_m * w_n <= 8 and need <= smem:
                 if dynamic_smem and need <= gpu.shared_memory_per_block:  # the static layout: nothing to time twice
                     raise ValueError(f"{proj}: {need} bytes fit static shared memory: dynamic_smem adds nothing")
                 return layout
@@ -346,35 +362,15 @@ def _wide(m_tiles: int, n_tiles: int, many_rows: bool, gpu: GpuSpec) -> dict[str
     return None
 
 
-def staged_bytes(
-    cfg: DecodeConfig,
-    swiglu: bool,
-    b_tiles: int,
-    warps_m: int,
-    m_frags: int,
-    warps_n: int,
-    n_frags: int,
-    k_tiles: int,
-    stages: int,
-) -> int:
-    """Shared memory a CTA of this tensor-core layout takes: `stages` padded chunks of x (float32) and w (bf16), and
-    SwiGLU's gate and up sums."""
-    lanes, rows, chunk = cfg.batch // b_tiles, warps_n * n_frags * mma.TILE, mma.TILE * k_tiles
-    return stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2) + (2 * lanes * rows * 4 if swiglu else 0)
+def staged_bytes(cfg: DecodeConfig, swiglu: bool, layout: TensorCoreLayout) -> int:
+    """Shared memory a CTA of `layout` takes: `stages` padded chunks of x (float32) and w (bf16), and SwiGLU's gate
+    and up sums."""
+    lanes, rows = cfg.batch // layout.b_tiles, layout.warps_n * layout.n_frags * mma.TILE
+    chunk = mma.TILE * layout.k_tiles
+    return layout.stages * (lanes * (chunk + 4) * 4 + rows * (chunk + 8) * 2) + (2 * lanes * rows * 4 if swiglu else 0)
 
 
-def _cuda_tensor_cores(
-    sch: s_tir.Schedule,
-    swiglu: bool,
-    b_tiles: int,
-    warps_m: int,
-    m_frags: int,
-    warps_n: int,
-    n_frags: int,
-    k_tiles: int,
-    stages: int,
-    scope: str,
-) -> None:
+def _cuda_tensor_cores(sch: s_tir.Schedule, swiglu: bool, layout: TensorCoreLayout, scope: str) -> None:
     """`mma.sync` on 16 x 16 x 16 tiles (`schedules/mma.py`: x split into bf16 hi + lo, float32 accumulate).
 
     CTAs over (row tiles, B tiles), B tiles of the same rows neighbours; warps over (B, rows). Each k step the CTA
@@ -386,6 +382,7 @@ def _cuda_tensor_cores(
     k steps) go to shared memory, then the CTA's threads write `silu(gate) * up`. Shared memory is of `scope`:
     "shared" (static) or "shared.dyn" (one dynamic allocation, which TVM's CUDA runtime opts in for above 48 KB).
     """
+    b_tiles, warps_m, m_frags, warps_n, n_frags, k_tiles, stages = layout
     blk = sch.get_sblock("gemv")
     b, n, *pair, k = sch.get_loops(blk)
     b0, b1, b2, bi = sch.split(b, factors=[b_tiles, warps_m, m_frags, mma.TILE])
