@@ -301,7 +301,7 @@ def tensor_core_layout(
     weight byte is read once): statically, or with `dynamic_smem` what the GPU allows a kernel that opts in (refused
     where the layout fits statically: the static kernel is the same design). Where `warps_n`, `n_frags`, `m_frags`
     and `dynamic_smem` are all left to the default, the wide CTAs of `_wide` where those apply, in what a kernel
-    that opts in may take.
+    that opts in may take (`cuda` stages a layout in dynamic shared memory where static would not hold it).
     """
     if cfg.weight_dtype != "bfloat16" or cfg.batch % mma.TILE:
         raise ValueError(f"tensor cores: bf16 weights and lanes in 16s, not {cfg.weight_dtype} x {cfg.batch}")
@@ -312,10 +312,10 @@ def tensor_core_layout(
     m_tiles, n_tiles, k_all = cfg.batch // mma.TILE, n_rows // mma.TILE, n_cols // mma.TILE
     many_rows = n_tiles >= MANY_ROW_TILES
     wide = _wide(m_tiles, n_tiles, many_rows, gpu)
-    if wide and warps_n is None and n_frags is None and m_frags is None and dynamic_smem is None:
+    wide = wide if warps_n is None and n_frags is None and m_frags is None and dynamic_smem is None else None
+    if wide:
         warps_n, n_frags, m_frags = wide["warps_n"], wide["n_frags"], wide["m_frags"]
-        dynamic_smem = True
-    smem = gpu.shared_memory_optin if dynamic_smem else gpu.shared_memory_per_block
+    smem = gpu.shared_memory_optin if dynamic_smem or wide else gpu.shared_memory_per_block
     k_tiles = k_tiles or _divisor_at_most(k_all, 4)
     stages = stages or (1 if many_rows else STAGES)
     m_frags = m_frags or (min(4, m_tiles) if many_rows else 1)
