@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     if args.out:
         with open(args.out, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
+            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
     return 0
 
 

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if pool is not None:
         pool.shutdown()
     with Path(args.out).open("a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+        f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
     timed = [r for r in rows if "us" in r]
     for batch in sorted({r["batch"] for r in timed}):
         print(f"best at B={batch}: {min((r for r in timed if r['batch'] == batch), key=lambda r: r['us'])}")
