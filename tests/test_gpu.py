@@ -126,7 +126,8 @@ import numpy as np, tvm
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
-cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64, **F32)
+cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=256, split_len=64, weight_dtype="float32",
+                 kv_dtype="float32")
 stack = HybridStack(cfg, load(sys.argv[1], cfg, "cuda"), tvm.cuda(0), seed=3)
 stack.capture()
 x = np.load(sys.argv[2])
