@@ -277,10 +277,16 @@ def _is_tensor_info(arg) -> bool:
     )
 
 
+# Attributes an instruction takes as optional, null where absent: TransformLayout's [buffer index, buffer index type,
+# pad_value, assume_injective_transform] (the tensor-core GEMVs' fragment layouts have no pad value).
+NULLABLE_ATTRS = {"TransformLayout": (2,)}
+
+
 def _check_trace(trace) -> None:
     """[instructions, decisions]: each instruction [kind, inputs, attrs, outputs], each decision [the index of its
     instruction, value]; no null (MetaSchedule writes "None" for an absent random variable, and TVM's instructions
-    dereference a null they do not expect); an input that is a serialised object (an index map) a JSON object graph."""
+    dereference a null they do not expect) but in `NULLABLE_ATTRS`; an input that is a serialised object (an index
+    map) a JSON object graph."""
     _require(
         isinstance(trace, list) and len(trace) == 2 and all(isinstance(x, list) for x in trace),
         "trace: expected [instructions, decisions]",
@@ -295,7 +301,8 @@ def _check_trace(trace) -> None:
             and all(type(x) is str for x in inst[3]),
             f"trace instruction {i}: expected [kind, inputs, attrs, outputs]",
         )
-        _require(None not in _leaves(inst), f"trace instruction {i}: null")
+        attrs = [a for j, a in enumerate(inst[2]) if j not in NULLABLE_ATTRS.get(inst[0], ())]
+        _require(None not in _leaves([inst[1], attrs, inst[3]]), f"trace instruction {i}: null")
         for value in _leaves(inst[1]):
             if type(value) is str and value[:1] == "{" and value[-1:] == "}":
                 _check_graph(_parse(value))
