@@ -146,6 +146,8 @@ COMMITTED_CUDA_LOGS = {
 COMMITTED_BF16_STEP_LOGS = {
     "0.8b-B1-bf16": DecodeConfig(preset("qwen3.5-0.8b"), batch=1),
     "4b-B1-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=1),
+    "0.8b-B32-bf16": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
+    "4b-B32-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=32),
 }
 
 

@@ -158,7 +158,7 @@ struct AsyncCopy {
   const void* src;
   unsigned bytes, group;
 };
-constexpr unsigned kMaxCopies = 64;  // pending in a thread
+constexpr unsigned kMaxCopies = 256;  // pending in a thread
 struct AsyncCopies {
   AsyncCopy copy[kMaxCopies];
   unsigned n, committed;

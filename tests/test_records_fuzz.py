@@ -375,3 +375,29 @@ def test_edited_log_is_named_or_still_valid(root, loader, data):
     else:
         files = BASE | {PACKED: packed([TABLE_LINE[0], serialised(edit(data, GRAPH))])}
     expect(attempt(root, loader, files), judge(files), str(records.folder(root, W)))
+
+
+TENSOR_CORES = workload(OPS["gemv_in_proj_qkv"], DecodeConfig(preset("qwen3.5-4b"), batch=32), "cuda")
+
+
+@pytest.mark.parametrize("attr, refused", [(2, False), (0, True), (3, True)], ids=["pad_value", "index", "injective"])
+def test_transform_layout_null_only_as_its_pad_value(root, attr, refused):
+    """A committed tensor-core record's TransformLayout instructions (the fragment layouts) have a null pad value,
+    which the checks pass on to TVM; a null in another of its attributes is refused, naming the file."""
+    source = LOGS / TENSOR_CORES.key
+    (record,) = [json.loads(line) for line in (source / RECORDS).read_text().splitlines()]
+    insts = record[1][0][0]
+    layouts = [inst for inst in insts if inst[0] == "TransformLayout"]
+    assert layouts and all(inst[2][2] is None for inst in layouts)
+    for inst in layouts:
+        inst[2][attr] = None
+    folder = records.folder(root, TENSOR_CORES)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(source, folder)
+    (folder / RECORDS).write_text(json.dumps(record) + "\n")
+    with mock.patch.object(records, "_load", side_effect=Reached), pytest.raises(Exception) as caught:
+        records.lookup(root, TENSOR_CORES)
+    if refused:
+        assert caught.type is records.TuningLogError and "null" in str(caught.value) and RECORDS in str(caught.value)
+    else:
+        assert caught.type is Reached
