@@ -63,8 +63,10 @@ for part in "${parts[@]}"; do
     steps) python3 -m benchmarks.steps ${library[@]+"${library[@]}"} ${tuned[@]+"${tuned[@]}"} --out "$out/h200_steps.json" 2>&1 | tee "$out/bench_steps.log" || status=1 ;;
     tune*)  # "tune" = the default preset; "tune:ARGS" = other shapes, e.g. "tune:--preset qwen3.5-4b --max-len 32768"
         shape=${part#tune}
+        left=$((deadline - SECONDS))
+        [ "$left" -gt 0 ] || { echo "tune${shape}: not started, H200_SECONDS passed" | tee -a "$out/tune.log"; status=1; continue; }
         # shellcheck disable=SC2086
-        timeout $((deadline - SECONDS)) python3 -m gdn_tvm.tuning --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
+        timeout "$left" python3 -m gdn_tvm.tuning --target cuda ${shape#:} 2>&1 | tee -a "$out/tune.log" ||
             status=1
         tar czf "$out/tuning_logs_cuda.tgz" tuning_logs/cuda  # also after a timeout: the next run resumes
         ;;
