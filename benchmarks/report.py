@@ -36,7 +36,7 @@ def ops_table(data: dict) -> list[str]:
         "",
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
-        f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch is eager; inputs rotate so L2 does not "
+        f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch {_torch_timing(data)}; inputs rotate so L2 does not "
         "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB). fla: the state in our "
         f"V-first layout (`state_v_first=True`), written to a new buffer as its wrapper does; fla K-first: its default "
         "layout; fla in place: its kernel updating our V-first state in place, as engines run it (runs before "
@@ -55,6 +55,14 @@ def ops_table(data: dict) -> list[str]:
             f"| {_fmt(r.get('fla_gbps'), 0)} | {_baseline(r, 'fla_kfirst')} | {_baseline(r, 'fla_inplace')} |"
         )
     return lines
+
+
+def _torch_timing(data: dict) -> str:
+    """How the run timed PyTorch: graph-replayed from 42e30ea (`baseline_timing`), eagerly before (host-bound below
+    ~20 us a call)."""
+    if data.get("baseline_timing") == "cuda-graph":
+        return "too"
+    return "eagerly (its host overhead, ~20 us a call, bounds the small ops)"
 
 
 def _dtypes(data: dict) -> str:
