@@ -36,8 +36,9 @@ def ops_table(data: dict) -> list[str]:
         "",
         *_partial(data),
         f"`{data['command']}`; empty kernel (graph-replayed): {data['empty_launch_us']:.2f} us. "
-        f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch {_torch_timing(data)}; inputs rotate so L2 does not "
-        "serve them (L2-hot: one input set, as inside a decode step, for ops moving <= 4 MiB). fla: the state in our "
+        f"{_compilers(data)}TVM and fla are CUDA-graph replayed, PyTorch {_torch_timing(data)}; "
+        "inputs rotate so L2 does not serve them (L2-hot: one input set, as inside a decode step, for ops moving "
+        "<= 4 MiB). fla: the state in our "
         f"V-first layout (`state_v_first=True`), written to a new buffer as its wrapper does; fla K-first: its default "
         "layout; fla in place: its kernel updating our V-first state in place, as engines run it (runs before "
         f"2026-12-02 lack it).{_bf16_baselines(data)}"

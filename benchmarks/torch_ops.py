@@ -1,4 +1,5 @@
-"""PyTorch eager implementations of the registry ops, the same-run baseline of the benchmark.
+"""PyTorch implementations of the registry ops, the same-run baseline of the benchmark (graph-replayed there: a call
+copies nothing from the host once it has run once).
 
 Each takes the kernel's argument names as torch CUDA tensors (every lane active; `seq_len` is the host-side
 attention length) and writes its outputs and states in place, like the kernel. Weights, caches and states come in
@@ -8,6 +9,7 @@ the matmuls engines run in bf16, which take their activations in bf16 (`activati
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -34,7 +36,7 @@ def gates(model, a, b, A, dt_bias, g, beta, **_):
 def delta_rule(model, qk, qkv, g, beta, state, slots, o, **_):
     hk, hv, dk, dv = model.n_k_heads, model.n_v_heads, model.head_k_dim, model.head_v_dim
     idx = slots.long()
-    heads = torch.tensor([model.key_head(h) for h in range(hv)], device=qk.device)
+    heads = _key_heads(model, qk.device)
     q, k = qk[:, :hk][:, heads], qk[:, hk:][:, heads]  # [B, Hv, Dk]
     v = qkv[:, 2 * hk * dk :].reshape(-1, hv, dv)
     s = state[idx] * torch.exp(g)[..., None, None]
@@ -42,6 +44,12 @@ def delta_rule(model, qk, qkv, g, beta, state, slots, o, **_):
     s = s + d[..., :, None] * k[..., None, :]
     o.copy_(torch.einsum("bhij,bhj->bhi", s, q) / math.sqrt(dk))
     state[idx] = s.to(state.dtype)
+
+
+@functools.cache
+def _key_heads(model, device: torch.device) -> torch.Tensor:
+    """[Hv] the key head of each value head, on `device`; made by the first (eager) call, reused inside a capture."""
+    return torch.tensor([model.key_head(h) for h in range(model.n_v_heads)], device=device)
 
 
 def delta_rule_fused(model, qkv, a, b, A, dt_bias, state, slots, o, **_):
