@@ -385,7 +385,7 @@ def test_transform_layout_null_only_as_its_pad_value(root, attr, refused):
     """A committed tensor-core record's TransformLayout instructions (the fragment layouts) have a null pad value,
     which the checks pass on to TVM; a null in another of its attributes is refused, naming the file."""
     source = LOGS / TENSOR_CORES.key
-    (record,) = [json.loads(line) for line in (source / RECORDS).read_text().splitlines()]
+    (record,) = lines((source / RECORDS).read_bytes(), RECORDS)
     insts = record[1][0][0]
     layouts = [inst for inst in insts if inst[0] == "TransformLayout"]
     assert layouts and all(inst[2][2] is None for inst in layouts)
