@@ -16,7 +16,7 @@ _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. Rows of 4, 8 or 16 lanes
 # (2-4 shuffle steps) measured within 1.7% of 32 lanes at B=1..256 in the H200 sweeps (h200_sweeps_delta.jsonl,
 # f9acedb): `lanes` is not sampled.
-KNOBS = {"row_groups": (1, 2, 4, 8, 16), "rows_per_group": (1, 4, 8), "stores_last": (0, 1), "loads_first": (0, 1)}
+KNOBS = {"row_groups": (1, 2, 4, 8, 16), "rows_per_group": (1, 4, 8), "stores_last": (0, 1)}
 
 
 def _row_nest(sch: s_tir.Schedule) -> tuple[s_tir.LoopRV, ...]:
@@ -92,7 +92,6 @@ def cuda(
     lanes: int = 32,
     vector: int = 4,
     stores_last: int | None = None,
-    loads_first: int = 1,
 ) -> None:
     """One CTA per `row_groups * rows_per_group` state rows of one (lane, value head): B*Hv*Dv/rows CTAs.
 
@@ -134,8 +133,8 @@ def cuda(
         for name in ("sq", "sk"):  # both allreduces first: independent, and their results live at once
             sch.compute_at(sch.get_sblock(name), ri, index=-2)
     sch.compute_at(sch.get_sblock("state_load"), ty, preserve_unit_loops=True)
-    for name in _blocks(_PER_HEAD, fused):  # registers of every thread either way: at ty, after the state loads
-        sch.compute_at(sch.get_sblock(name), ty if loads_first else bx, preserve_unit_loops=True)
+    for name in _blocks(_PER_HEAD, fused):
+        sch.compute_at(sch.get_sblock(name), bx, preserve_unit_loops=True)
     _read_early(sch, bx, ty, fused)
     for name in _blocks(_LOCAL, fused):
         sch.set_scope(sch.get_sblock(name), 0, "local")
