@@ -13,6 +13,7 @@ import tvm
 from conftest import (
     BF16_CASES,
     CASES,
+    COMMITTED_BF16_MODEL_RECORDS,
     COMMITTED_BF16_STEP_LOGS,
     COMMITTED_CUDA_LOGS,
     REPO,
@@ -74,6 +75,18 @@ def test_committed_bf16_step_records_match_reference(case, rng):
     for scheduled in schedule_ops(cfg, "cuda", REPO / "tuning_logs", step_ops(cfg), allow_hand=False):
         op = OPS[scheduled.name]
         check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func}))), rng)
+
+
+@pytest.mark.parametrize(
+    ("case", "name"), [(case, name) for case, (_, names) in COMMITTED_BF16_MODEL_RECORDS.items() for name in names]
+)
+def test_committed_bf16_model_records_match_reference(case, name, rng):
+    """The kernel of a whole-model op's committed H200 record (one the mixer step does not launch), emulated, against
+    the reference."""
+    cfg, _ = COMMITTED_BF16_MODEL_RECORDS[case]
+    (scheduled,) = schedule_ops(cfg, "cuda", REPO / "tuning_logs", [name], allow_hand=False)
+    op = OPS[name]
+    check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func}))), rng)
 
 
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "decode_attention"])
