@@ -96,12 +96,13 @@ def _checked(data: dict) -> str:
     )
 
 
-def _baseline(row: dict, label: str) -> str:
-    """A column's microseconds; "wrong" where it did not match the reference, "failed" where it raised."""
+def _baseline(row: dict, label: str, us: str | None = None) -> str:
+    """A column's microseconds (`us`, default `<label>_us`); "wrong" where it did not match the reference, "failed"
+    where it raised."""
     error = row.get(f"{label}_error")
     if error is not None:
         return "wrong" if error.startswith("wrong") else "failed"
-    return _fmt(row.get(f"{label}_us"))
+    return _fmt(row.get(us or f"{label}_us"))
 
 
 def _compilers(data: dict) -> str:
@@ -115,22 +116,34 @@ def steps_table(data: dict) -> list[str]:
         f"### Decode steps{_dtypes(data)} — {data['gpu']} (commit {data['commit']}), position {data['position']}",
         "",
         *_partial(data),
-        f"`{data['command']}`",
+        f"`{data['command']}`{_step_baseline(data)}",
         "",
-        "| what | preset | B | schedules | layers | eager us | graph us | torch eager us | weight floor us "
-        "| bytes floor us | graph/eager | graph/floor | graph/bytes floor |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| what | preset | B | schedules | layers | eager us | graph us | torch eager us | torch graph us "
+        "| weight floor us | bytes floor us | graph/eager | graph/floor | graph/bytes floor |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["rows"]:
         schedules = r.get("schedules", "hand") + (f" ({r['compiler']})" if "compiler" in r else "")
         lines.append(
             f"| {r['what']} | {r['preset']} | {r['batch']} | {schedules} | {r['layers']} "
             f"| {r['eager_us']} | {r['graph_us']} "
-            f"| {r['torch_eager_us']} | {r['weight_floor_us']} | {_fmt(r.get('bytes_floor_us'))} "
+            f"| {_baseline(r, 'torch', 'torch_eager_us')} "
+            f"| {_baseline(r, 'torch' if 'torch_error' in r else 'torch_graph')} "
+            f"| {r['weight_floor_us']} | {_fmt(r.get('bytes_floor_us'))} "
             f"| {r['graph_speedup_vs_eager']}x | {r['graph_vs_floor']}x "
             f"| {_fmt(r.get('graph_vs_bytes_floor'))}{'x' if 'graph_vs_bytes_floor' in r else ''} |"
         )
     return lines + breakdown_table(data)
+
+
+def _step_baseline(data: dict) -> str:
+    """The sentence on the PyTorch step, for runs that checked it against ours (they record the tolerance)."""
+    if "baseline_tol" not in data:
+        return ""
+    return (
+        f". The PyTorch step was checked against ours from the same states and caches first (relative L-inf within "
+        f"{data['baseline_tol']:g}: it multiplies in bf16), then timed eagerly and graph-replayed."
+    )
 
 
 def breakdown_table(data: dict) -> list[str]:

@@ -313,6 +313,47 @@ def test_results_name_the_compiler_of_their_kernels(tmp_path, monkeypatch):
     assert run.build_compiler("prebuilt", cfg) == "nvcc 13.0"
 
 
+@pytest.mark.parametrize("fault", [None, "wrong", "raises", "capture fails"])
+def test_step_baseline_is_checked_before_it_is_timed(fault, monkeypatch, rng):
+    """(No GPU: timing faked.) The step benchmark's PyTorch step is timed only where it matches our step from the
+    same states and caches; a wrong one is recorded as wrong, one that raises as failed, both untimed; a graph
+    capture that fails keeps the eager time."""
+    cfg = CASES["0.8b-B1"]
+    stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
+    slots, positions = np.array([stack.acquire()], np.int32), np.zeros(1, np.int32)
+    x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
+    stack.write_inputs(x, positions, slots)
+    timed = []
+
+    def fake_time(fn, sets):
+        fn(0)
+        timed.append(fn)
+        return 7.0
+
+    def failed_capture(fn, sets):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    def step(self, *args):
+        if fault == "raises":
+            raise RuntimeError("boom")
+        return -real_step(self, *args)
+
+    real_step = TorchStack.step
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self: self)
+    monkeypatch.setattr(steps, "time_eager", fake_time)
+    monkeypatch.setattr(steps, "time_graph", failed_capture if fault == "capture fails" else fake_time)
+    if fault in ("wrong", "raises"):
+        monkeypatch.setattr(TorchStack, "step", step)
+    row = steps.bench_torch(stack, x, positions, slots, 1)
+    if fault is None:
+        assert row["torch_rel_err"] <= TOL_LAYER and row["torch_eager_us"] == row["torch_graph_us"] == 7.0
+    elif fault == "capture fails":
+        assert row["torch_eager_us"] == 7.0 and row["torch_graph_error"].startswith("failed: RuntimeError: operation")
+    else:
+        assert list(row) == ["torch_error"] and not timed
+        assert row["torch_error"].startswith("wrong: 2.00e+00" if fault == "wrong" else "failed: RuntimeError: boom")
+
+
 def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypatch):
     """(Graph replay faked by eager steps: no GPU.) The benchmarks' timed step reads what decoding wrote."""
     cfg = CASES["4b-B3"]
