@@ -1,10 +1,10 @@
 """Per-step latency of the runtime executor on the GPU: one GDN layer, one attention layer and a preset's whole
-mixer stack, eager launches vs CUDA-graph replay vs a PyTorch step (eager and graph-replayed, checked against ours
-first), next to the weight-read floor and the
-floor of all the bytes a step must move (weights, plus recurrent and conv states read and written and the KV rows
-read, per lane: what dominates from a few lanes on), each counted in its storage dtype. Layer rows also time each
-launch of the plan alone. The storage dtypes are `DecodeConfig`'s defaults (bf16 weights and KV) unless given; the
-PyTorch step then multiplies in bf16 (cuBLAS) and attends over the bf16 cache, as engines do.
+mixer stack, eager launches vs CUDA-graph replay vs a PyTorch step (checked against ours first, then timed eagerly
+and graph-replayed), next to the weight-read floor and the floor of all the bytes a step must move (weights, plus
+recurrent and conv states read and written and the KV rows read, per lane: what dominates from a few lanes on), each
+counted in its storage dtype. Layer rows also time each launch of the plan alone. The storage dtypes are
+`DecodeConfig`'s defaults (bf16 weights and KV) unless given; the PyTorch step then multiplies in bf16 (cuBLAS) and
+attends over the bf16 cache, as engines do.
 
 Each timed step is at the middle of the cache, after the steps before it were decoded (graph-replayed), so its
 KV rows and states hold what decoding wrote.
@@ -149,8 +149,6 @@ def bench_torch(stack: HybridStack, x: np.ndarray, positions: np.ndarray, slots:
         row["torch_graph_us"] = round(time_graph(lambda _: ref.step(tx, tpos, tslots, seq_len), 1), 2)
     except Exception as err:
         row["torch_graph_error"] = f"failed: {type(err).__name__}: {err}"
-    finally:
-        torch.cuda.empty_cache()
     return row
 
 
