@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gdn_tvm.config import DEFAULT_PRESET, DTYPE_FIELDS, DTYPES, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
 from gdn_tvm.plan import model, step_ops
@@ -40,16 +41,26 @@ def dtypes(args: argparse.Namespace) -> dict[str, str]:
     return {field: getattr(args, field) for field in DTYPE_FIELDS}
 
 
-def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The `DecodeConfig` the options describe."""
-    return DecodeConfig(
-        preset(args.preset),
-        batch=args.batch,
-        slots=args.slots,
-        max_len=args.max_len,
-        split_len=args.split_len,
-        **dtypes(args),
-    ).replace(head_mapping=args.head_mapping)
+def decode_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> DecodeConfig:
+    """The `DecodeConfig` the options describe (exits through `parser.error` naming a size it refuses)."""
+    try:
+        return DecodeConfig(
+            preset(args.preset),
+            batch=args.batch,
+            slots=args.slots,
+            max_len=args.max_len,
+            split_len=args.split_len,
+            **dtypes(args),
+        ).replace(head_mapping=args.head_mapping)
+    except ValueError as err:  # names the field: batch, slots, max_len, split_len
+        parser.error(str(err))
+
+
+def folder(parser: argparse.ArgumentParser, option: str, path: str) -> str:
+    """`path`, which `option` names as a folder to read or write: exits through `parser.error` where it is a file."""
+    if Path(path).exists() and not Path(path).is_dir():
+        parser.error(f"{option} {path}: not a folder")
+    return path
 
 
 def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: DecodeConfig) -> list[str]:
@@ -64,4 +75,7 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
     unknown = [n for n in names if n not in OPS]
     if unknown:
         parser.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    absent = [n for n in names if not OPS[n].applies(cfg)]
+    if absent:
+        parser.error(f"--ops {','.join(absent)}: not an op of {cfg.model.name}")
     return names

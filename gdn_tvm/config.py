@@ -137,9 +137,9 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.slots == 0:
             object.__setattr__(self, "slots", self.batch)
-        for field in ("batch", "slots", "max_len", "split_len"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1, got {getattr(self, field)}")
+        for field in ("batch", "slots", "max_len", "split_len"):  # the kernels index with int32
+            if not 1 <= getattr(self, field) < 2**31:
+                raise ValueError(f"{field} must be in [1, 2**31), got {getattr(self, field)}")
         if self.slots < self.batch:
             raise ValueError(f"slots={self.slots} must be >= batch={self.batch}")
         for field in DTYPE_FIELDS:

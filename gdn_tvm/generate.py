@@ -51,14 +51,25 @@ def _arguments() -> argparse.ArgumentParser:
 
 
 def _stop_ids(checkpoint: Path) -> list[int]:
-    """EOS ids of a checkpoint: `generation_config.json`'s, else `config.json`'s (an int or a list)."""
+    """EOS ids of a checkpoint: `generation_config.json`'s, else `config.json`'s (its own or its `text_config`'s; an
+    int or a list of ints). ValueError naming the file where it is unreadable or holds anything else."""
     for name in ("generation_config.json", "config.json"):
         file = checkpoint / name
-        if file.exists():
+        if not file.exists():
+            continue
+        try:
             config = json.loads(file.read_text())
-            eos = config.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
-            if eos is not None:
-                return [eos] if isinstance(eos, int) else list(eos)
+        except (OSError, ValueError) as err:  # a folder, not UTF-8, not JSON
+            raise ValueError(f"{file}: unreadable: {err}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
+        text = config.get("text_config")
+        eos = config.get("eos_token_id", text.get("eos_token_id") if isinstance(text, dict) else None)
+        if eos is not None:
+            ids = eos if isinstance(eos, list) else [eos]
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise ValueError(f"{file}: eos_token_id: expected an int or a list of ints, got {eos!r}")
+            return ids
     return []
 
 
@@ -84,15 +95,23 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from gdn_tvm.runtime.checkpoint import load_checkpoint
     from gdn_tvm.target import gpu_present
 
+    if args.target == "cuda" and not gpu_present():
+        parser.error("--target cuda: no CUDA GPU is present")
+    if args.seed < 0:
+        parser.error(f"--seed: expected 0 or more, got {args.seed}")
     dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
     tokenizer, stops = None, []
     if args.checkpoint:
         ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
         m, weights, stops = ckpt.model, checkpoint_weights(ckpt), _stop_ids(Path(args.checkpoint))
-        if (Path(args.checkpoint) / "tokenizer.json").exists():
+        vocabulary = Path(args.checkpoint) / "tokenizer.json"
+        if vocabulary.exists():
             from tokenizers import Tokenizer
 
-            tokenizer = Tokenizer.from_file(str(Path(args.checkpoint) / "tokenizer.json"))
+            try:
+                tokenizer = Tokenizer.from_file(str(vocabulary))
+            except Exception as err:  # the tokenizers package raises plain Exceptions
+                raise ValueError(f"{vocabulary}: unreadable: {err}") from None
     else:
         m = preset(args.preset)
         weights = random_model_weights(m, np.random.default_rng(args.seed))

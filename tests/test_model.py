@@ -164,6 +164,8 @@ def test_generate_refills_lanes_stops_at_eos_and_samples_reproducibly(tmp_path, 
         ("max_new_tokens", 0, "max_new_tokens"),
         ("temperature", float("nan"), "temperature"),
         ("top_p", 0.0, "top_p"),
+        ("top_p", 1e-50, "top_p: 1e-50 is not a finite float32"),  # zero as the sampler holds it
+        ("temperature", 1e39, "temperature: 1e\\+39 is not a finite float32"),
         ("seed", 2**70, "seed"),
     ],
 )
@@ -234,6 +236,39 @@ def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args,
     with pytest.raises(SystemExit):
         generate.main(["--checkpoint", str(tmp_path / "missing"), "--prompt-ids", "1"])
     assert "config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "message"),
+    [
+        ("generation_config.json", "[1]", "generation_config.json: expected a JSON object, got list"),
+        ("generation_config.json", "{not json", "generation_config.json: unreadable"),
+        ("generation_config.json", '{"eos_token_id": "12"}', "generation_config.json: eos_token_id: expected an int"),
+        ("generation_config.json", '{"eos_token_id": true}', "generation_config.json: eos_token_id: expected an int"),
+        ("generation_config.json", '{"eos_token_id": [[1]]}', "generation_config.json: eos_token_id: expected an int"),
+        ("tokenizer.json", "{not json", "tokenizer.json: unreadable"),
+    ],
+)
+def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, text, message):
+    """A checkpoint's generation_config.json or tokenizer.json that cannot be read, or holds EOS ids of another kind:
+    exit status 2 naming the file, before anything compiles."""
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    (tmp_path / file).write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        generate.main(["--checkpoint", str(tmp_path), "--target", "llvm", "--prompt-ids", "1"])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_generate_cli_refuses_cuda_without_a_gpu_and_a_negative_seed(tmp_path, rng, capsys, monkeypatch):
+    from gdn_tvm import generate, target
+
+    monkeypatch.setattr(target, "gpu_present", lambda: False)
+    for args, message in ((["--target", "cuda"], "--target cuda: no CUDA GPU"), (["--seed", "-1"], "--seed")):
+        with pytest.raises(SystemExit) as exit_:
+            generate.main(["--preset", "qwen3.5-0.8b", "--random-weights", "--prompt-ids", "1", *args])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_threads_sharing_a_model_each_get_their_requests_tokens(tmp_path, rng):

@@ -156,6 +156,39 @@ def test_commands_report_a_missing_record_and_an_unknown_op(tmp_path, capsys):
     assert "unknown ops ['no_such_op']" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--batch", "0"], "batch must be in [1, 2**31), got 0"),
+        (["--batch", "2147483648"], "batch must be in [1, 2**31)"),
+        (["--batch", "4", "--slots", "2"], "slots=2 must be >= batch=4"),
+        (["--split-len", "0"], "split_len must be"),
+        (["--preset", "qwen3.5-35b-a3b", "--ops", "sigmoid_gate,gemv_gate_up_proj_swiglu"], "not an op of"),
+        (["--work-dir", "{file}"], "not a folder"),
+    ],
+)
+@pytest.mark.parametrize("command", ["build", "tune"])
+def test_commands_refuse_bad_shapes_and_folders_by_name(tmp_path, capsys, command, args, message):
+    """Before anything compiles: exit status 2 and a message naming the argument, never a traceback."""
+    file = tmp_path / "a_file"
+    file.write_text("")
+    argv = [*SHAPE_ARGS, "--work-dir", str(tmp_path), *(a.format(file=file) for a in args)]
+    with pytest.raises(SystemExit) as exit_:
+        (build_main if command == "build" else tune_main)(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_build_refuses_an_out_folder_that_is_a_file_and_tune_negative_trials(tmp_path, capsys):
+    file = tmp_path / "a_file"
+    file.write_text("")
+    with pytest.raises(SystemExit):
+        build_main([*SHAPE_ARGS, "--work-dir", str(tmp_path), "--out", str(file)])
+    assert f"--out {file}: not a folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune_main([*SHAPE_ARGS, "--trials", "-5", "--work-dir", str(tmp_path)])
+    assert "--trials: expected 0 or more, got -5" in capsys.readouterr().err
+
+
 def _written_log(root: Path, record_line: str):
     """The sigmoid_gate workload and its log folder under `root`, holding its workload table and `record_line`."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")

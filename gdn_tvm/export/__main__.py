@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from gdn_tvm.cli import add_arguments, decode_config, op_names
+from gdn_tvm.cli import add_arguments, decode_config, folder, op_names
 from gdn_tvm.export.artifact import build
 from gdn_tvm.target import by_name
 from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
@@ -21,9 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-hand", action="store_true", help="build workloads without a record by hand schedule")
     args = p.parse_args(argv)
     start = time.perf_counter()
-    cfg = decode_config(args)
+    cfg = decode_config(p, args)
+    logs, out = folder(p, "--work-dir", args.work_dir), folder(p, "--out", args.out)
     try:
-        path = build(cfg, by_name(args.target), args.work_dir, args.out, args.allow_hand, op_names(p, args, cfg))
+        path = build(cfg, by_name(args.target), logs, out, args.allow_hand, op_names(p, args, cfg))
     except (MissingRecordError, TuningLogError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

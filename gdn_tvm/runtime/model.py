@@ -211,17 +211,29 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
         raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
     if not isinstance(request.max_new_tokens, int | np.integer) or request.max_new_tokens < 1:
         raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
-    if not np.isfinite(request.temperature):
-        raise ArgumentError(f"temperature: expected a finite number, got {request.temperature}")
-    if request.temperature > 0 and not sampling:
+    temperature, top_p = (_float32(name, getattr(request, name)) for name in ("temperature", "top_p"))
+    if temperature > 0 and not sampling:
         raise ArgumentError(f"temperature={request.temperature}: this model decodes greedily (sampling=False)")
-    if not 0 < request.top_p <= 1:
-        raise ArgumentError(f"top_p: expected a number in (0, 1], got {request.top_p}")
+    if not 0 < top_p <= 1:
+        raise ArgumentError(f"top_p: expected a number in (0, 1] (float32), got {request.top_p}")
     for name in ("top_k", "seed"):
         value = getattr(request, name)
         if not isinstance(value, int | np.integer) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
             raise ArgumentError(f"{name}: expected an int, got {value!r}")
     return prompt.astype(np.int32)
+
+
+def _float32(name: str, value) -> np.float32:
+    """`value` as the sampler holds it (float32): `ArgumentError` naming `name` where it is not a number, is not
+    finite there, or is nonzero and rounds to zero there."""
+    try:
+        with np.errstate(over="ignore", under="ignore"):
+            held = np.float32(value)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"{name}: expected a number, got {value!r}") from None
+    if not np.isfinite(held) or (held == 0) != (value == 0):
+        raise ArgumentError(f"{name}: {value!r} is not a finite float32 (the sampler's precision)")
+    return held
 
 
 def checkpoint_weights(checkpoint: Checkpoint) -> dict:

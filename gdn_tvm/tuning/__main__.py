@@ -17,7 +17,7 @@ import sys
 import time
 
 from gdn_tvm import naming
-from gdn_tvm.cli import add_arguments, decode_config, op_names
+from gdn_tvm.cli import add_arguments, decode_config, folder, op_names
 from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.target import by_name, gpu_present
 from gdn_tvm.tuning.driver import BUDGETS, flop_bound, table, tune
@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     kind = target.kind.name
     if kind == "cuda" and not gpu_present():
         p.error("tuning for cuda measures on the GPU, and none is present")
-    cfg = decode_config(args)
+    if args.trials is not None and args.trials < 0:
+        p.error(f"--trials: expected 0 or more, got {args.trials}")
+    folder(p, "--work-dir", args.work_dir)
+    cfg = decode_config(p, args)
     names = op_names(p, args, cfg)
     budget = BUDGETS[kind]
     trials = budget.trials if args.trials is None else args.trials
