@@ -12,7 +12,6 @@ many copies of the prompt together (seeds `seed`, `seed + 1`, ...). Ends with th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -50,29 +49,6 @@ def _arguments() -> argparse.ArgumentParser:
     return p
 
 
-def _stop_ids(checkpoint: Path) -> list[int]:
-    """EOS ids of a checkpoint: `generation_config.json`'s, else `config.json`'s (its own or its `text_config`'s; an
-    int or a list of ints). ValueError naming the file where it is unreadable or holds anything else."""
-    for name in ("generation_config.json", "config.json"):
-        file = checkpoint / name
-        if not file.exists():
-            continue
-        try:
-            config = json.loads(file.read_text())
-        except (OSError, ValueError) as err:  # a folder, not UTF-8, not JSON
-            raise ValueError(f"{file}: unreadable: {err}") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
-        text = config.get("text_config")
-        eos = config.get("eos_token_id", text.get("eos_token_id") if isinstance(text, dict) else None)
-        if eos is not None:
-            ids = eos if isinstance(eos, list) else [eos]
-            if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                raise ValueError(f"{file}: eos_token_id: expected an int or a list of ints, got {eos!r}")
-            return ids
-    return []
-
-
 def main(argv: list[str] | None = None) -> int:
     """Exit status 0; 2 with a message naming the bad argument, file or field (through argparse), never a trace."""
     from gdn_tvm.runtime.module import ManifestError
@@ -92,7 +68,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tvm
 
     from gdn_tvm.plan import model as model_plan
-    from gdn_tvm.runtime.checkpoint import load_checkpoint
+    from gdn_tvm.runtime.checkpoint import load_checkpoint, stop_ids
     from gdn_tvm.target import gpu_present
 
     if args.target == "cuda" and not gpu_present():
@@ -103,7 +79,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     tokenizer, stops = None, []
     if args.checkpoint:
         ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
-        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), _stop_ids(Path(args.checkpoint))
+        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint)
         vocabulary = Path(args.checkpoint) / "tokenizer.json"
         if vocabulary.exists():
             from tokenizers import Tokenizer

@@ -241,8 +241,8 @@ def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args,
 @pytest.mark.parametrize(
     ("file", "text", "message"),
     [
-        ("generation_config.json", "[1]", "generation_config.json: expected a JSON object, got list"),
-        ("generation_config.json", "{not json", "generation_config.json: unreadable"),
+        ("generation_config.json", "[1]", "generation_config.json: expected a JSON object, got [1]"),
+        ("generation_config.json", "{not json", "generation_config.json: not a JSON file"),
         ("generation_config.json", '{"eos_token_id": "12"}', "generation_config.json: eos_token_id: expected an int"),
         ("generation_config.json", '{"eos_token_id": true}', "generation_config.json: eos_token_id: expected an int"),
         ("generation_config.json", '{"eos_token_id": [[1]]}', "generation_config.json: eos_token_id: expected an int"),

@@ -193,6 +193,26 @@ def _read_config(file: Path) -> object:
         raise CheckpointError(f"{file}: not a JSON file ({e})") from None
 
 
+def stop_ids(path: str | Path) -> list[int]:
+    """A checkpoint directory's EOS token ids: `generation_config.json`'s, else `config.json`'s (each file's own
+    `eos_token_id`, else its `text_config`'s; an int or a list of ints), [] where neither names one; `CheckpointError`
+    naming the file and field where one is not JSON or holds anything else."""
+    for name in ("generation_config.json", "config.json"):
+        file = Path(path) / name
+        if not file.exists():
+            continue
+        top = _Section(_read_config(file), str(file))
+        text = top.section("text_config")
+        for c in (top, text) if text else (top,):
+            eos = c.obj.get("eos_token_id")
+            if eos is not None:
+                ids = eos if isinstance(eos, list) else [eos]
+                if not all(type(i) is int for i in ids):
+                    raise c.error("eos_token_id", f"expected an int or a list of ints, got {reprlib.repr(eos)}")
+                return ids
+    return []
+
+
 def _open(file: Path) -> safe_open:
     """A safetensors handle on `file`, its header validated (offsets tile the data, which ends at the file's end)."""
     if not file.is_file():
