@@ -41,13 +41,15 @@ from test_manifest_fuzz import DELETE, changed, edit, edited, fuzz
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning import records
-from gdn_tvm.tuning.records import PACKED, RECORDS, SUMMARY
+from gdn_tvm.tuning.records import PACKED, PACKED_RECORDS, RECORDS, SUMMARY
 from gdn_tvm.tuning.workload import workload
 
 TALLY: Counter[str] = Counter()
 W = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32), "cuda")
 LOGS = Path(__file__).parent.parent / "tuning_logs"
-BASE = {name: (LOGS / W.key / name).read_bytes() for name in (RECORDS, PACKED, SUMMARY)}
+BASE = {name: (LOGS / W.key / name).read_bytes() for name in (PACKED, SUMMARY)}
+# The record file unpacked, as MetaSchedule writes it (a log may hold either form): edits and damage reach its JSON.
+BASE[RECORDS] = lzma.decompress((LOGS / W.key / PACKED_RECORDS).read_bytes())
 RECORD = json.loads(BASE[RECORDS])  # [workload index, [trace, run_secs, target, args]]
 TABLE_LINE = json.loads(lzma.decompress(BASE[PACKED]))  # [structural hash, serialised IRModule]
 GRAPH = json.loads(base64.b64decode(TABLE_LINE[1])[8:])  # the IRModule as a tvm_ffi JSON object graph
@@ -124,7 +126,7 @@ def finite(text: str) -> float:
 def lines(data: bytes, name: str) -> list | None:
     """The JSON values of a log file, one a line (summary.json: one), or None if it does not parse."""
     try:
-        text = (lzma.decompress(data) if name == PACKED else data).decode()
+        text = (lzma.decompress(data) if name.endswith(".xz") else data).decode()
         split = [text] if name == SUMMARY else text.removesuffix("\n").split("\n")
         return [json.loads(line, parse_float=finite, parse_constant=finite) for line in split]
     except (ValueError, lzma.LZMAError):
@@ -134,9 +136,14 @@ def lines(data: bytes, name: str) -> list | None:
 def judge(files: dict[str, bytes | None]) -> str:
     """What a change of the base log may end in: "free" (found), "tvm" (found or a named error), "another" (also
     `MissingRecordError`: the IRModule changed) or "invalid" (a `TuningLogError`); see the module docstring."""
+    if files.get(PACKED_RECORDS) is not None:  # read in place of the plain record file
+        try:
+            files = files | {RECORDS: lzma.decompress(files[PACKED_RECORDS])}
+        except lzma.LZMAError:
+            return "invalid"
     verdicts = set()
     for name in (RECORDS, PACKED, SUMMARY):
-        data = files[name]
+        data = files.get(name)
         if data is None:
             verdicts.add("free" if name == SUMMARY else "invalid")  # a log may come without its summary
             continue
@@ -247,6 +254,14 @@ CASES = [
     ("records: random bytes", BASE | {RECORDS: GARBAGE}, "invalid", f"{RECORDS}: unreadable"),
     ("records: empty", BASE | {RECORDS: b""}, "invalid", f"{RECORDS}: empty"),
     ("records: missing beside the packed table", BASE | {RECORDS: None}, "invalid", f"{RECORDS}: missing"),
+    ("records: packed", BASE | {RECORDS: None, PACKED_RECORDS: lzma.compress(BASE[RECORDS])}, "free", ""),
+    ("records: packed, not xz", BASE | {PACKED_RECORDS: GARBAGE}, "invalid", f"{PACKED_RECORDS}: not an xz file"),
+    (
+        "records: packed, read before the plain file",
+        BASE | {PACKED_RECORDS: lzma.compress(BASE[RECORDS].replace(b"[0,[", b"[1,[", 1))},
+        "invalid",
+        f"{PACKED_RECORDS}: line 1: workload index 1",
+    ),
     ("table: missing beside the records", BASE | {PACKED: None}, "invalid", f"{records.WORKLOADS}: missing"),
     ("table: not xz", BASE | {PACKED: GARBAGE}, "invalid", f"{PACKED}: not an xz file"),
     ("table: xz of random bytes", BASE | {PACKED: lzma.compress(GARBAGE)}, "invalid", f"{PACKED}: unreadable"),
@@ -279,7 +294,7 @@ CASES = [
     ),
     (
         "table: another workload's log",
-        {n: (LOGS / "cuda/gates-f32-B1-Hv32" / n).read_bytes() for n in BASE},
+        {p.name: p.read_bytes() for p in (LOGS / "cuda/gates-f32-B1-Hv32").iterdir()},
         "another",
         "holds another definition",
     ),
@@ -385,7 +400,7 @@ def test_transform_layout_null_only_as_its_pad_value(root, attr, refused):
     """A committed tensor-core record's TransformLayout instructions (the fragment layouts) have a null pad value,
     which the checks pass on to TVM; a null in another of its attributes is refused, naming the file."""
     source = LOGS / TENSOR_CORES.key
-    (record,) = lines((source / RECORDS).read_bytes(), RECORDS)
+    (record,) = lines((source / PACKED_RECORDS).read_bytes(), PACKED_RECORDS)
     insts = record[1][0][0]
     layouts = [inst for inst in insts if inst[0] == "TransformLayout"]
     assert layouts and all(inst[2][2] is None for inst in layouts)
@@ -394,6 +409,7 @@ def test_transform_layout_null_only_as_its_pad_value(root, attr, refused):
     folder = records.folder(root, TENSOR_CORES)
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(source, folder)
+    (folder / PACKED_RECORDS).unlink()
     (folder / RECORDS).write_text(json.dumps(record) + "\n")
     with mock.patch.object(records, "_load", side_effect=Reached), pytest.raises(Exception) as caught:
         records.lookup(root, TENSOR_CORES)

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import fcntl
 import json
+import lzma
 import os
 import shutil
 import signal
@@ -81,8 +82,9 @@ def test_tune_command_tunes_every_op_and_prunes_to_the_best_record(tuned_logs):
     for w, _ in groups:
         assert any(line.startswith(f"{w.key} [") for line in printed), f"no progress line for {w.key}"
         folder = tuned_logs / w.key
-        assert sorted(p.name for p in folder.iterdir()) == sorted([records.PACKED, records.RECORDS, records.SUMMARY])
-        assert len((folder / records.RECORDS).read_text().splitlines()) == 1
+        packed = [records.PACKED, records.PACKED_RECORDS, records.SUMMARY]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(packed)
+        assert len(lzma.decompress((folder / records.PACKED_RECORDS).read_bytes()).splitlines()) == 1
         summary = json.loads((folder / records.SUMMARY).read_text())
         assert summary["best_us"] <= summary["hand_us"], f"{w.key}: tuned is slower than the hand schedule"
         assert summary["timing"] == "eager"  # llvm; CUDA candidates are timed as graph replays
@@ -124,14 +126,14 @@ def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
     folder = tmp_path / w.key
     shutil.copytree(tuned_logs / w.key, folder)
     records.seed_scratch(folder)
-    for name in (records.PACKED, records.RECORDS, records.SUMMARY):
+    for name in (records.PACKED, records.PACKED_RECORDS, records.SUMMARY):
         (folder / name).unlink()
     log = folder / records.SCRATCH / records.RECORDS
     prior = len(grid) + TRIALS  # the hand record, the rest of the grid, the search
     log.write_text(log.read_text() * prior)
     (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=TRIALS, echo=quiet)
     assert (result.status, result.trials) == ("tuned", prior)  # nothing but the hand schedule was measured
-    assert (folder / records.RECORDS).exists() and not (folder / records.SCRATCH).exists()
+    assert (folder / records.PACKED_RECORDS).exists() and not (folder / records.SCRATCH).exists()
 
 
 def test_build_command_from_tuned_logs_matches_reference_for_every_op(tuned_logs, tmp_path, rng):
@@ -209,6 +211,10 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
     (folder / records.PACKED).write_text("not xz")
     with pytest.raises(records.TuningLogError, match=f"{folder / records.PACKED}: not an xz file"):
         records.lookup(tmp_path, w)
+    w, folder = _written_log(tmp_path / "packed", "[0, [[[], []], [1e-05")
+    (folder / records.PACKED_RECORDS).write_text("not xz either")  # read in place of the plain record file
+    with pytest.raises(records.TuningLogError, match=f"{folder / records.PACKED_RECORDS}: not an xz file"):
+        records.lookup(tmp_path / "packed", w)
 
 
 def test_a_log_of_an_earlier_definition_is_replaced_and_said(tuned_logs, tmp_path):

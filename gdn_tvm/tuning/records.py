@@ -15,7 +15,6 @@ import hashlib
 import json
 import lzma
 import math
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from gdn_tvm.tuning.workload import Workload
 WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database: the workload table
 PACKED = WORKLOADS + ".xz"  # ... as a pruned log keeps it: serialised IRModules shrink ~20x, the repo stays small
 RECORDS = "database_tuning_record.json"  # ... and the tuning records
+PACKED_RECORDS = RECORDS + ".xz"  # ... packed too in a pruned log (a trace shrinks ~4x)
 SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run, CUDA compiler
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
 # summary.json's fields and their types, as the tuner writes them ("compiler" for CUDA only). They report the last
@@ -67,7 +67,14 @@ def folder(root: str | Path, w: Workload) -> Path:
 
 
 def has_log(path: Path) -> bool:
-    return any((path / name).exists() for name in (RECORDS, WORKLOADS, PACKED))
+    return any((path / name).exists() for name in (RECORDS, PACKED_RECORDS, WORKLOADS, PACKED))
+
+
+def stored(path: Path, name: str) -> Path:
+    """The file that holds table `name` (`WORKLOADS` or `RECORDS`) in the log folder `path`: packed (`.xz`) where
+    that exists, else as MetaSchedule writes it."""
+    packed = path / (name + ".xz")
+    return packed if packed.exists() else path / name
 
 
 def mean_us(record: ms.database.TuningRecord) -> float:
@@ -92,11 +99,11 @@ def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.Datab
 def _tables(path: Path, kind: str, create: bool) -> tuple[list, list]:
     """The lines of the workload table and of the record file in `path`, parsed and checked; a file that a scratch
     database (`create`) has yet to write counts as empty."""
-    table, records = path / _packed_name(path), path / RECORDS
+    table, records = stored(path, WORKLOADS), stored(path, RECORDS)
     if not create:
         for file in (table, records):
             if not file.exists():
-                raise TuningLogError(f"{file}: missing (a tuning log holds {RECORDS} and {WORKLOADS} or {PACKED})")
+                raise TuningLogError(f"{file}: missing (a tuning log holds {RECORDS} and {WORKLOADS}, each may be .xz)")
     workloads = _check_lines(table, _check_workload_line)
     lines = _check_lines(records, lambda line: _check_record_line(line, len(workloads), kind))
     if not (lines or create):
@@ -110,10 +117,10 @@ def _load(path: Path, workloads: list, records: list) -> ms.database.MemoryDatab
     db = ms.database.MemoryDatabase()
     loaded = []
     for i, line in enumerate(workloads, 1):
-        with _named(path / _packed_name(path), i, "the IRModule does not deserialise"):
+        with _named(stored(path, WORKLOADS), i, "the IRModule does not deserialise"):
             loaded.append(db.commit_workload(ms.database.Workload.from_json(line).mod))
     for i, (index, record) in enumerate(records, 1):
-        with _named(path / RECORDS, i, "MetaSchedule cannot load the record"):
+        with _named(stored(path, RECORDS), i, "MetaSchedule cannot load the record"):
             db.commit_tuning_record(ms.database.TuningRecord.from_json(record, loaded[index]))
     return db
 
@@ -131,16 +138,12 @@ def _reason(err: Exception) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
 
 
-def _packed_name(path: Path) -> str:
-    return PACKED if (path / PACKED).exists() else WORKLOADS
-
-
 def _read(file: Path) -> str:
-    """The text of `file`, unpacked if it is the packed workload table; `TuningLogError` naming it if it cannot be
+    """The text of `file`, unpacked if it is a packed table (`.xz`); `TuningLogError` naming it if it cannot be
     read, is not xz (packed) or is not UTF-8."""
     try:
         data = file.read_bytes()
-        return (lzma.decompress(data) if file.name == PACKED else data).decode()
+        return (lzma.decompress(data) if file.suffix == ".xz" else data).decode()
     except lzma.LZMAError as err:
         raise TuningLogError(f"{file}: not an xz file: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -341,13 +344,15 @@ def lookup(root: str | Path, w: Workload) -> Found:
     db = open_db(path, w.kind)
     if not db.has_workload(w.mod):
         raise MissingRecordError(
-            f"no tuning record for workload {w.key} (op {w.op.name}): {path / _packed_name(path)} holds another "
+            f"no tuning record for workload {w.key} (op {w.op.name}): {stored(path, WORKLOADS)} holds another "
             "definition (the op changed since it was tuned; re-tune it with --force)"
         )
     record = best(db, w)
+    file = stored(path, RECORDS)
     if record is None:
-        raise TuningLogError(f"{path / RECORDS}: no usable record of {w.key} (each failed or has an empty trace)")
-    return Found(record, path, hashlib.sha256((path / RECORDS).read_bytes()).hexdigest()[:16], compiler)
+        raise TuningLogError(f"{file}: no usable record of {w.key} (each failed or has an empty trace)")
+    digest = hashlib.sha256(_read(file).encode()).hexdigest()[:16]  # of the text: packed or not
+    return Found(record, path, digest, compiler)
 
 
 def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Schedule:
@@ -358,12 +363,12 @@ def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Sc
     try:
         record.trace.apply_to_schedule(sch, remove_postproc=False)
     except Exception as err:  # a schedule error of any primitive in the trace
-        raise TuningLogError(f"{log / RECORDS}: the trace does not replay on {w.op.name}: {err}") from err
+        raise TuningLogError(f"{stored(log, RECORDS)}: the trace does not replay on {w.op.name}: {err}") from err
     return sch
 
 
 def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
-    """Replace the log in `path` by `record`, its workload table packed."""
+    """Replace the log in `path` by `record`, both tables packed."""
     drop(path)
     out = open_db(path, kind, create=True)
     out.commit_tuning_record(
@@ -371,13 +376,14 @@ def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
             record.trace, out.commit_workload(record.workload.mod), record.run_secs, record.target, record.args_info
         )
     )
-    (path / PACKED).write_bytes(lzma.compress((path / WORKLOADS).read_bytes(), preset=9))
-    (path / WORKLOADS).unlink()
+    for name in (WORKLOADS, RECORDS):
+        (path / (name + ".xz")).write_bytes(lzma.compress((path / name).read_bytes(), preset=9))
+        (path / name).unlink()
 
 
 def drop(path: Path) -> None:
     """Delete the pruned log in `path` (records, workload table, summary); a scratch database stays."""
-    for name in (WORKLOADS, RECORDS, PACKED, SUMMARY):
+    for name in (WORKLOADS, RECORDS, PACKED, PACKED_RECORDS, SUMMARY):
         (path / name).unlink(missing_ok=True)
 
 
@@ -385,11 +391,9 @@ def seed_scratch(path: Path) -> None:
     """Start a scratch database from the pruned log (so a forced re-tune keeps the best of old and new)."""
     scratch = path / SCRATCH
     scratch.mkdir(parents=True, exist_ok=True)
-    if (path / PACKED).exists() and not (scratch / WORKLOADS).exists():
-        (scratch / WORKLOADS).write_bytes(_read(path / PACKED).encode())
     for name in (WORKLOADS, RECORDS):
-        if (path / name).exists() and not (scratch / name).exists():
-            shutil.copyfile(path / name, scratch / name)
+        if stored(path, name).exists() and not (scratch / name).exists():
+            (scratch / name).write_bytes(_read(stored(path, name)).encode())
 
 
 def write_summary(path: Path, summary: dict) -> None:
