@@ -3,7 +3,8 @@
 python -m benchmarks.sweep --op delta_rule [delta_rule_fused ...] --batches 1 32 [--preset qwen3.5-4b]
     [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--out-of-place] [--jobs N] [--out FILE]
     [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
-Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON; it is how
+Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON lines (to an
+`.xz` file as one more xz stream: the committed sweeps are packed, `xzcat` reads them whole); it is how
 the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
 and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128); `--position`
 puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--knobs
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import multiprocessing
 import sys
 import tempfile
@@ -145,6 +147,13 @@ def _export(name: str, cfg: DecodeConfig, combo: dict, path: Path) -> str | None
     return None
 
 
+def append_rows(path: str, rows: list[dict]) -> None:
+    """`rows` appended to the JSON-lines file `path`; to an `.xz` one as one more xz stream (read whole by `xzcat`
+    and `lzma.decompress`)."""
+    with lzma.open(path, "at") if path.endswith(".xz") else Path(path).open("a") as f:
+        f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", nargs="+", required=True, help="one or more ops, swept in turn")
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knobs", nargs="+", type=json.loads, help="knob combinations (JSON objects) instead of the grid")
     p.add_argument("--out-of-place", action="store_true", help="also time states written to buffers of their own")
     p.add_argument("--jobs", type=int, default=1, help="processes compiling the designs (default: compile here)")
-    p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl")
+    p.add_argument("--out", default="benchmarks/results/h200_sweeps.jsonl.xz")
     add_dtype_arguments(p)
     args = p.parse_args(argv)
     rng = np.random.default_rng()  # fresh inputs each run
@@ -173,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if pool is not None:
         pool.shutdown()
-    with Path(args.out).open("a") as f:
-        f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+    append_rows(args.out, rows)
     timed = [r for r in rows if "us" in r]
     for batch in sorted({r["batch"] for r in timed}):
         print(f"best at B={batch}: {min((r for r in timed if r['batch'] == batch), key=lambda r: r['us'])}")

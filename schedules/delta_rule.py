@@ -14,7 +14,7 @@ _VECTORISED = ("qk_raw", "qk_head", "state_load", "update")  # along Dk without 
 _PER_HEAD = ("kq", "beta", "decay", "qk_head", "qk_sumsq", "qk_raw")  # computed once a CTA, consumers first
 
 # The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. Rows of 4, 8 or 16 lanes
-# (2-4 shuffle steps) measured within 1.7% of 32 lanes at B=1..256 in the H200 sweeps (h200_sweeps_delta.jsonl,
+# (2-4 shuffle steps) measured within 1.7% of 32 lanes at B=1..256 in the H200 sweeps (h200_sweeps_delta.jsonl.xz,
 # f9acedb): `lanes` is not sampled.
 KNOBS = {"row_groups": (1, 2, 4, 8, 16), "rows_per_group": (1, 4, 8), "stores_last": (0, 1)}
 
@@ -32,7 +32,7 @@ FEW_ROWS, MANY_ROWS, FUSED_ONE_WARP = 2**15, 2**17, 2**19
 
 def _defaults(cfg: DecodeConfig, fused: bool) -> tuple[int, int, int]:
     """Default (row_groups, rows_per_group, stores_last), from the H200 sweeps at qwen3.5-4b
-    (benchmarks/results/h200_sweeps_delta.jsonl): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA, enough
+    (benchmarks/results/h200_sweeps_delta.jsonl.xz): below `FEW_ROWS` rows (4b B=1: 4k) one row a warp, 8 a CTA, enough
     CTAs to fill the GPU; from there to `MANY_ROWS` (B=8: 32k) 4 groups of 8 rows, which spreads the per-CTA work (q and
     k, kq, the fused variant's norms and gates) over 32 rows: the fused op at B=8 took 10.88 us against 13.61 for 8 x 1
     (rows stamped f9acedb). From `MANY_ROWS` (B=32: 128k) one warp of 8 rows storing them last, fla's CTA and order:
@@ -53,7 +53,7 @@ def _read_early(sch: s_tir.Schedule, bx: s_tir.LoopRV, ty: s_tir.LoopRV, fused: 
     """Register copies of what the row loop reads from global memory: the lane's slot and (unfused) beta once a CTA,
     the v_i of a row group once a thread, read where the state rows are. The state is aliased, so nothing moves a
     load past a store: read in the loop, each row waited a load latency behind the previous row's store (H200, 4b:
-    B=8 11.44 -> 10.96 us, the fused op at B=32..256 3% faster; `h200_sweeps_delta.jsonl`: after, the rows stamped
+    B=8 11.44 -> 10.96 us, the fused op at B=32..256 3% faster; `h200_sweeps_delta.jsonl.xz`: after, the rows stamped
     d1c7f33; before, rows pruned from the file, in its git history)."""
     slots = sch.cache_read("state_load", "slots", "local", consumer_blocks=["state_load", "update", "o"])
     sch.compute_at(slots, bx, preserve_unit_loops=True)

@@ -42,7 +42,7 @@ WIDE_ROWS = 16
 
 # Tensor cores (`mma.sync`) for bf16 weights and whole 16-lane tiles: from TENSOR_CORE_LANES lanes, or from 16 on
 # projections of at least TENSOR_CORE_ROWS rows (the LM head). qwen3.5-4b on the H200
-# (benchmarks/results/h200_sweeps_tensor_cores.jsonl): at B = 128 they beat the CUDA-core design on every GEMV
+# (benchmarks/results/h200_sweeps_tensor_cores.jsonl.xz): at B = 128 they beat the CUDA-core design on every GEMV
 # (1.0-3.9x); at B = 32 only on the LM head (3.3x), the others losing up to 2.6x (too few warps in flight).
 TENSOR_CORE_LANES = 128
 TENSOR_CORE_ROWS = 65536
@@ -57,14 +57,14 @@ STAGES = 2
 # over 128 lanes), so each x fragment is split into bf16 hi and lo by one warp, not by every warp of its rows; the
 # LM head, CTAs of up to 256 lanes x 128 rows (WIDE_LM_HEAD: 2 x 2 or 4 x 2 warps of 4 x 4 tiles). qwen3.5-4b bf16
 # on the H200, us, the former defaults (h200_ops_bf16_wide.json) -> warps along the lanes
-# (h200_sweeps_tensor_cores.jsonl): B=128 qkv 91 -> 78, down 230 -> 190, out_proj 105 -> 86, gate|up 312 -> 280;
+# (h200_sweeps_tensor_cores.jsonl.xz): B=128 qkv 91 -> 78, down 230 -> 190, out_proj 105 -> 86, gate|up 312 -> 280;
 # B=256 qkv 160 -> 124, down 311 -> 263, out_proj 141 -> 118, gate|up 523 -> 414. The LM head, static ->
 # WIDE_LM_HEAD: 1,941 -> 1,373 at B=128, 3,784 -> 2,902 at B=256.
 WIDE_LM_HEAD = {"m_frags": 4, "warps_n": 2, "n_frags": 4}
 
 # A prologue is recomputed by every CTA, so fewer, wider CTAs amortise it: (rows a CTA, rows a thread), a warp a row.
 # The gated norm always (its per-head sums then warp allreduces: no CTA barrier a head), the rmsnorm where every SM
-# still gets two CTAs and rows are at most PROLOGUE_COLS long. H200, bf16, B=1 (h200_sweeps_block_stages.jsonl, us,
+# still gets two CTAs and rows are at most PROLOGUE_COLS long. H200, bf16, B=1 (h200_sweeps_block_stages.jsonl.xz, us,
 # plain-GEMV default -> this): qwen3.5-0.8b out_proj_norm_residual 8.50 -> 4.56, in_proj_rmsnorm_conv 8.54 -> 8.27;
 # qwen3.5-4b in_proj_rmsnorm_conv 22.22 -> 19.70, gate_up_proj_rmsnorm_swiglu 26.85 -> 25.02, qkv_proj_rmsnorm
 # 17.97 -> 16.25 (each the best of 29 designs or within 0.5% of it; 0.8b gate|up, 224 CTAs of 16 rows, keeps the

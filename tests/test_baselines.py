@@ -3,6 +3,9 @@ counts the GB/s figures use follow the ops' traffic."""
 
 from __future__ import annotations
 
+import json
+import lzma
+
 import numpy as np
 import pytest
 import torch
@@ -256,6 +259,16 @@ def test_sweep_records_a_design_that_fails_to_launch_and_goes_on(monkeypatch, rn
     assert [r["knobs"] for r in rows] == [{"rows": 1}, "defaults"]
     assert all(r["error"] == "failed: RuntimeError: too many resources requested for launch" for r in rows)
     assert not any("us" in r for r in rows)
+
+
+@pytest.mark.parametrize("name", ["sweeps.jsonl", "sweeps.jsonl.xz"])
+def test_sweep_appends_rows_to_plain_and_packed_files(tmp_path, name):
+    """A second sweep's rows follow the first's: in an `.xz` file as a second stream, read whole."""
+    path = tmp_path / name
+    sweep.append_rows(str(path), [{"op": "a", "us": 1.0}])
+    sweep.append_rows(str(path), [{"op": "b", "us": 2.0}, {"op": "c", "error": "refused"}])
+    data = lzma.decompress(path.read_bytes()) if name.endswith(".xz") else path.read_bytes()
+    assert [json.loads(line)["op"] for line in data.decode().splitlines()] == ["a", "b", "c"]
 
 
 def test_sweep_rejects_a_position_past_the_cache(rng):
