@@ -12,6 +12,7 @@ many copies of the prompt together (seeds `seed`, `seed + 1`, ...). Ends with th
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -64,12 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
 
 
+def _step_bytes(plan) -> int:
+    """Bytes a model step's buffers take on its device: weights, states, caches, activations (views share theirs)."""
+    return sum(math.prod(b.shape) * np.dtype(b.dtype).itemsize for b in plan.buffers.values() if b.role != "view")
+
+
 def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tvm
 
     from gdn_tvm.plan import model as model_plan
     from gdn_tvm.runtime.checkpoint import load_checkpoint, stop_ids
-    from gdn_tvm.target import gpu_present
+    from gdn_tvm.target import gpu_present, memory_bytes
 
     if args.target == "cuda" and not gpu_present():
         parser.error("--target cuda: no CUDA GPU is present")
@@ -79,7 +85,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     tokenizer, stops = None, []
     if args.checkpoint:
         ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
-        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint)
+        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint, ckpt.model.vocab_size)
         vocabulary = Path(args.checkpoint) / "tokenizer.json"
         if vocabulary.exists():
             from tokenizers import Tokenizer
@@ -103,6 +109,13 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, not `sample`'s ~85 passes
+    device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
+    need, have = _step_bytes(model_plan(cfg, sampling)), memory_bytes(device)
+    if need > have:
+        parser.error(
+            f"--batch {args.batch}, --max-len {args.max_len}: the step's buffers take {need / 2**30:.1f} GiB, "
+            f"the {'GPU' if on_gpu else 'host'} has {have / 2**30:.1f} GiB"
+        )
     draw = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **draw) for i in range(args.batch)]
     for request in requests:  # before anything compiles
@@ -118,7 +131,6 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from gdn_tvm.target import cuda, llvm
 
         kernels = build_kernels(cfg, cuda() if on_gpu else llvm(), model_plan(cfg, sampling).ops)
-    device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
     model = Model(cfg, kernels, device, weights, stops, sampling)
     if on_gpu and not args.no_graph:
         model.capture()

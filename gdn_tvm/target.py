@@ -91,6 +91,13 @@ def gpu_present() -> bool:
     return tvm.runtime.enabled("cuda") and tvm.cuda(0).exist
 
 
+def memory_bytes(device: tvm.runtime.Device) -> int:
+    """Bytes of memory `device` holds: a CUDA GPU's global memory, the host's physical memory for the CPU."""
+    if device.dlpack_device_type() == tvm.cuda(0).dlpack_device_type():
+        return int(device.total_global_mem)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def default() -> tvm.target.Target:
     """The GPU if there is one, else the CPU."""
     return cuda() if gpu_present() else llvm()

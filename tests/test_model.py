@@ -221,11 +221,12 @@ def test_a_greedy_model_decodes_as_the_sampling_one_and_refuses_temperature(tmp_
         (["--prompt-ids", "1,100000"], "prompt"),
         (["--prompt-ids", "1", "--max-new-tokens", "0"], "max_new_tokens"),
         (["--prompt-ids", "1", "--batch", "0"], "batch"),
+        (["--prompt-ids", "1", "--batch", str(2**31 - 1)], f"--batch {2**31 - 1}, --max-len 96: the step's buffers"),
     ],
 )
 def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args, message):
     """Exit status 2 and a message naming the argument, no traceback: bad ids, an id past the vocabulary, no tokens to
-    generate, no lanes; and a checkpoint directory without config.json, by file."""
+    generate, no lanes, more lanes than memory holds; and a checkpoint directory without config.json, by file."""
     from gdn_tvm import generate
 
     save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
@@ -246,12 +247,14 @@ def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args,
         ("generation_config.json", '{"eos_token_id": "12"}', "generation_config.json: eos_token_id: expected an int"),
         ("generation_config.json", '{"eos_token_id": true}', "generation_config.json: eos_token_id: expected an int"),
         ("generation_config.json", '{"eos_token_id": [[1]]}', "generation_config.json: eos_token_id: expected an int"),
+        ("generation_config.json", '{"eos_token_id": [1, -1]}', "generation_config.json: eos_token_id: expected at"),
+        ("generation_config.json", '{"eos_token_id": 999999}', "eos_token_id: expected at most 8 ids in [0, "),
         ("tokenizer.json", "{not json", "tokenizer.json: unreadable"),
     ],
 )
 def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, text, message):
-    """A checkpoint's generation_config.json or tokenizer.json that cannot be read, or holds EOS ids of another kind:
-    exit status 2 naming the file, before anything compiles."""
+    """A checkpoint's generation_config.json or tokenizer.json that cannot be read, or holds EOS ids of another kind
+    or past the vocabulary: exit status 2 naming the file, before anything compiles."""
     from gdn_tvm import generate
 
     save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
