@@ -94,7 +94,7 @@ def gpu_present() -> bool:
 def memory_bytes(device: tvm.runtime.Device) -> int:
     """Bytes of memory `device` holds: a CUDA GPU's global memory, the host's physical memory for the CPU."""
     if device.dlpack_device_type() == tvm.cuda(0).dlpack_device_type():
-        return int(device.total_global_mem)
+        return int(device.total_global_memory)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

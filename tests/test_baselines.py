@@ -326,15 +326,15 @@ def test_results_name_the_compiler_of_their_kernels(tmp_path, monkeypatch):
     assert run.build_compiler("prebuilt", cfg) == "nvcc 13.0"
 
 
-@pytest.mark.parametrize("fault", [None, "wrong", "raises", "capture fails"])
+@pytest.mark.parametrize("fault", [None, "wrong", "raises", "capture fails", "vanished"])
 def test_step_baseline_is_checked_before_it_is_timed(fault, monkeypatch, rng):
     """(No GPU: timing faked.) The step benchmark's PyTorch step is timed only where it matches our step from the
-    same states and caches; a wrong one is recorded as wrong, one that raises as failed, both untimed; a graph
-    capture that fails keeps the eager time."""
+    same states and caches; a wrong one is recorded as wrong, one that raises as failed, one with nothing to compare
+    (our output all zero) as unchecked, all untimed; a graph capture that fails keeps the eager time."""
     cfg = CASES["0.8b-B1"]
     stack = HybridStack(cfg, build_kernels(cfg, llvm(), step_ops(cfg)), tvm.cpu(), layer_types=("gdn", "attention"))
     slots, positions = np.array([stack.acquire()], np.int32), np.zeros(1, np.int32)
-    x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32)
+    x = rng.standard_normal((1, cfg.model.hidden)).astype(np.float32) * (fault != "vanished")  # zero in, zero out
     stack.write_inputs(x, positions, slots)
     timed = []
 
@@ -364,7 +364,8 @@ def test_step_baseline_is_checked_before_it_is_timed(fault, monkeypatch, rng):
         assert row["torch_eager_us"] == 7.0 and row["torch_graph_error"].startswith("failed: RuntimeError: operation")
     else:
         assert list(row) == ["torch_error"] and not timed
-        assert row["torch_error"].startswith("wrong: 2.00e+00" if fault == "wrong" else "failed: RuntimeError: boom")
+        expected = {"wrong": "wrong: 2.00e+00", "raises": "failed: RuntimeError: boom", "vanished": "unchecked: our"}
+        assert row["torch_error"].startswith(expected[fault])
 
 
 def test_decode_until_decodes_every_position_before_and_writes_the_next(monkeypatch):

@@ -24,7 +24,7 @@ from gdn_tvm.runtime.model import Model, Request
 from gdn_tvm.runtime.module import load
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import random_model_weights
-from gdn_tvm.target import cuda, device_of, gpu_present, llvm
+from gdn_tvm.target import cuda, device_of, gpu_present, llvm, memory_bytes
 from gdn_tvm.verify import tolerance
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU")]
@@ -58,6 +58,11 @@ def test_op_on_gpu(name, case, rng):
 def test_bf16_op_on_gpu(name, case, rng):
     """The ops that read a storage dtype, at bf16 weights, KV caches and states."""
     check_op_against_reference(OPS[name], BF16_GPU_CASES[case], cuda(), rng)
+
+
+def test_memory_bytes_of_the_gpu():
+    """What `generate` compares a step's buffers with: the GPU's global memory (an H200 holds ~141 GB)."""
+    assert memory_bytes(tvm.cuda(0)) > 2**30
 
 
 def test_rope_large_positions_on_gpu(rng):

@@ -264,6 +264,20 @@ def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, t
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_ram():
+    """(No GPU needed: a stand-in CUDA device.) `generate`'s size check compares with these."""
+    from gdn_tvm.target import memory_bytes
+
+    class FakeCuda:
+        total_global_memory = 141 * 10**9
+
+        def dlpack_device_type(self):
+            return tvm.cuda(0).dlpack_device_type()
+
+    assert memory_bytes(FakeCuda()) == 141 * 10**9
+    assert memory_bytes(tvm.cpu(0)) > 2**30
+
+
 def test_generate_cli_refuses_cuda_without_a_gpu_and_a_negative_seed(tmp_path, rng, capsys, monkeypatch):
     from gdn_tvm import generate, target
 
