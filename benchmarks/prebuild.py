@@ -35,8 +35,7 @@ from gdn_tvm import naming
 from gdn_tvm.cli import add_dtype_arguments, dtypes
 from gdn_tvm.config import DTYPE_FIELDS, DecodeConfig
 from gdn_tvm.export.artifact import build
-from gdn_tvm.plan import model as model_plan
-from gdn_tvm.plan import step_ops
+from gdn_tvm.plan import model_ops, step_ops
 from gdn_tvm.registry import OPS, workload_groups
 from gdn_tvm.target import cuda
 from gdn_tvm.tuning import records
@@ -54,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in args.cases:
             name, batch = case.split(":")
             cfg = model_config(name, int(batch))
-            names = list(dict.fromkeys(model_plan(cfg).ops + model_plan(cfg, sampling=False).ops))
-            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=names)
+            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=model_ops(cfg))
         return 0
     stored = dtypes(args)
     steps = [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from gdn_tvm.config import DEFAULT_PRESET, DTYPE_FIELDS, DTYPES, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
-from gdn_tvm.plan import model, step_ops
+from gdn_tvm.plan import model_ops, step_ops
 from gdn_tvm.registry import OPS
 
 
@@ -70,7 +70,7 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
     if args.ops == "all":
         return [name for name, op in OPS.items() if op.applies(cfg)]
     if args.ops == "model":  # with sampling and greedy
-        return list(dict.fromkeys(model(cfg).ops + model(cfg, sampling=False).ops))
+        return model_ops(cfg)
     names = args.ops.split(",")
     unknown = [n for n in names if n not in OPS]
     if unknown:

@@ -451,6 +451,12 @@ def layer_kinds(cfg: DecodeConfig) -> tuple[str, ...]:
     return tuple(kind for kind in PLANS if kind in present)
 
 
+def model_ops(cfg: DecodeConfig) -> list[str]:
+    """The registry ops the whole model's step launches, sampling or greedy (`model`), in first-launch order: what
+    `make build ARGS="--ops model"` builds."""
+    return list(dict.fromkeys(model(cfg).ops + model(cfg, sampling=False).ops))
+
+
 def step_ops(cfg: DecodeConfig, kinds: Iterable[str] | None = None) -> list[str]:
     """The registry ops a step of `cfg` launches (the plans of `kinds`, default every kind of its model), in
     first-launch order: what `make tune` and `make build` cover by default."""

@@ -17,6 +17,7 @@ from cuda_emu import lower
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DTYPE_FIELDS, DecodeConfig, preset
+from gdn_tvm.plan import model_ops, step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.signature import sample, visible
 from gdn_tvm.verify import check_kernel, mismatch
@@ -149,22 +150,20 @@ COMMITTED_BF16_STEP_LOGS = {
     "0.8b-B32-bf16": DecodeConfig(preset("qwen3.5-0.8b"), batch=32),
     "4b-B32-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=32),
 }
+
+
+def model_only_ops(cfg: DecodeConfig, without: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The ops the whole model launches and its mixer step does not, but those in `without`."""
+    step = set(step_ops(cfg)) | set(without)
+    return tuple(name for name in model_ops(cfg) if name not in step)
+
+
 # The whole model's ops beyond the mixer step's with H200 records, by default (bf16) config; the model's other ops
 # build from their hand schedules (`make build ARGS="--ops model --allow-hand"`).
+_MODEL_B1 = {name: DecodeConfig(preset(name), batch=1) for name in ("qwen3.5-0.8b", "qwen3.5-4b")}
 COMMITTED_BF16_MODEL_RECORDS = {
-    "4b-B1-bf16": (
-        DecodeConfig(preset("qwen3.5-4b"), batch=1),
-        (
-            "gemv_in_proj_rmsnorm_conv",
-            "gemv_qkv_proj_rmsnorm",
-            "gemv_out_proj_norm_residual",
-            "gemv_o_proj_residual",
-            "gemv_gate_up_proj_rmsnorm_swiglu",
-            "gemv_down_proj_residual",
-            "rmsnorm",
-            "gemv_lm_head",  # ~60 s emulated
-        ),
-    ),
+    "0.8b-B1-bf16": (_MODEL_B1["qwen3.5-0.8b"], model_only_ops(_MODEL_B1["qwen3.5-0.8b"])),
+    "4b-B1-bf16": (_MODEL_B1["qwen3.5-4b"], model_only_ops(_MODEL_B1["qwen3.5-4b"], without=("embedding",))),
 }
 
 

@@ -264,6 +264,21 @@ def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, t
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_model_ops_are_what_build_and_tune_take_for_the_model():
+    """`--ops model` (make build / make tune): every op of the sampling and the greedy step, each once."""
+    import argparse
+
+    from gdn_tvm import cli
+    from gdn_tvm.config import preset
+    from gdn_tvm.plan import model_ops
+
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1)
+    names = model_ops(cfg)
+    assert {"sample", "argmax", "embedding", "gemv_lm_head"} <= set(names) and len(names) == len(set(names))
+    assert set(names) == set(model_plan(cfg).ops) | set(model_plan(cfg, sampling=False).ops)
+    assert cli.op_names(argparse.ArgumentParser(), argparse.Namespace(ops="model"), cfg) == names
+
+
 def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_ram():
     """(No GPU needed: a stand-in CUDA device.) `generate`'s size check compares with these."""
     from gdn_tvm.target import memory_bytes
