@@ -101,6 +101,13 @@ class ModelConfig:
         named["lm_head"] = (self.vocab_size, self.hidden)
         return named
 
+    def stop_ids_problem(self, ids: list[int]) -> str | None:
+        """Why `ids` cannot be this model's stop-token list (more than `STOP_IDS` of them, or one outside the
+        vocabulary), or None."""
+        if len(ids) > STOP_IDS or not all(0 <= i < self.vocab_size for i in ids):
+            return f"expected at most {STOP_IDS} ids in [0, {self.vocab_size})"
+        return None
+
     def key_head(self, h: int) -> int:
         """GDN key/query head that value head `h` reads."""
         if self.head_mapping == "grouped":

@@ -85,7 +85,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     tokenizer, stops = None, []
     if args.checkpoint:
         ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
-        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint, ckpt.model.vocab_size)
+        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint, ckpt.model)
         vocabulary = Path(args.checkpoint) / "tokenizer.json"
         if vocabulary.exists():
             from tokenizers import Tokenizer
@@ -109,8 +109,8 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, not `sample`'s ~85 passes
-    device = tvm.cuda(0) if on_gpu else tvm.cpu(0)
-    need, have = _step_bytes(model_plan(cfg, sampling)), memory_bytes(device)
+    device, plan = tvm.cuda(0) if on_gpu else tvm.cpu(0), model_plan(cfg, sampling)
+    need, have = _step_bytes(plan), memory_bytes(device)
     if need > have:
         parser.error(
             f"--batch {args.batch}, --max-len {args.max_len}: the step's buffers take {need / 2**30:.1f} GiB, "
@@ -130,7 +130,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from gdn_tvm.codegen.compile import build_kernels
         from gdn_tvm.target import cuda, llvm
 
-        kernels = build_kernels(cfg, cuda() if on_gpu else llvm(), model_plan(cfg, sampling).ops)
+        kernels = build_kernels(cfg, cuda() if on_gpu else llvm(), plan.ops)
     model = Model(cfg, kernels, device, weights, stops, sampling)
     if on_gpu and not args.no_graph:
         model.capture()

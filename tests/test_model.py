@@ -180,6 +180,15 @@ def test_a_bad_request_is_refused_by_name_and_changes_nothing(tmp_path, rng, fie
         np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
 
 
+def test_a_model_refuses_stop_ids_it_cannot_hold_by_name(tmp_path, rng):
+    """More than STOP_IDS ids, or one outside the vocabulary: `ArgumentError` naming `stop_ids` (the limits
+    `checkpoint.stop_ids` holds a checkpoint's EOS ids to, naming the file)."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    for stops in ([TINY["vocab_size"]], [-1], list(range(9))):
+        with pytest.raises(ArgumentError, match=rf"stop_ids: expected at most 8 ids in \[0, {TINY['vocab_size']}\)"):
+            ours(tmp_path, "float32", stop_ids=stops)
+
+
 def test_generate_cli_streams_a_checkpoints_tokens(tmp_path, rng, capsys):
     """`python -m gdn_tvm.generate --checkpoint DIR --prompt-ids ...` prints the greedy tokens as they come and ends
     with the prompt's and the decode's tokens/s; --preset needs --random-weights."""

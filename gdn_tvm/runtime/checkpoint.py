@@ -35,7 +35,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Q
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from gdn_tvm.config import DTYPES, PRESETS, STOP_IDS, ModelConfig
+from gdn_tvm.config import DTYPES, PRESETS, ModelConfig
 from gdn_tvm.plan import WEIGHTS, block_weights, model_weights, stored_dtype
 from gdn_tvm.signature import ArgumentError
 
@@ -193,9 +193,9 @@ def _read_config(file: Path) -> object:
         raise CheckpointError(f"{file}: not a JSON file ({e})") from None
 
 
-def stop_ids(path: str | Path, vocab_size: int) -> list[int]:
+def stop_ids(path: str | Path, m: ModelConfig) -> list[int]:
     """A checkpoint directory's EOS token ids: `generation_config.json`'s, else `config.json`'s (each file's own
-    `eos_token_id`, else its `text_config`'s; an int or a list of ints, at most `STOP_IDS`, each in [0, vocab_size)),
+    `eos_token_id`, else its `text_config`'s; an int or a list of ints that `m` can stop on: `stop_ids_problem`),
     [] where neither names one; `CheckpointError` naming the file and field where one is not JSON or holds anything
     else."""
     for name in ("generation_config.json", "config.json"):
@@ -210,9 +210,8 @@ def stop_ids(path: str | Path, vocab_size: int) -> list[int]:
                 ids = eos if isinstance(eos, list) else [eos]
                 if not all(type(i) is int for i in ids):
                     raise c.error("eos_token_id", f"expected an int or a list of ints, got {reprlib.repr(eos)}")
-                if len(ids) > STOP_IDS or not all(0 <= i < vocab_size for i in ids):
-                    expected = f"at most {STOP_IDS} ids in [0, {vocab_size})"
-                    raise c.error("eos_token_id", f"expected {expected}, got {reprlib.repr(eos)}")
+                if problem := m.stop_ids_problem(ids):
+                    raise c.error("eos_token_id", f"{problem}, got {reprlib.repr(eos)}")
                 return ids
     return []
 

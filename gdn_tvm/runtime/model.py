@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from gdn_tvm.config import STOP_IDS, DecodeConfig
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import LANE_INPUTS
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
@@ -68,10 +68,10 @@ class Model:
     ):
         self.cfg, self.device, self.sampling = cfg, device, sampling
         plan = model_plan(cfg, sampling)
-        B, V = cfg.batch, cfg.model.vocab_size
+        B = cfg.batch
         stops = [int(s) for s in stop_ids]
-        if len(stops) > STOP_IDS or any(not 0 <= s < V for s in stops):
-            raise ArgumentError(f"stop_ids: expected at most {STOP_IDS} ids in [0, {V}), got {stops}")
+        if problem := cfg.model.stop_ids_problem(stops):
+            raise ArgumentError(f"stop_ids: {problem}, got {stops}")
         self.inputs: dict[str, tvm.runtime.Tensor] = {}
         for name in ("ids", "slots", "positions", *LANE_INPUTS):
             buffer = plan.buffers[name]
