@@ -172,17 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     shape = {"max_len": args.max_len, "split_len": args.split_len}
     spawn = multiprocessing.get_context("spawn")  # not fork: this process holds a CUDA context
     pool = ProcessPoolExecutor(args.jobs, mp_context=spawn) if args.jobs > 1 else None
-    rows = [
-        r
-        for name in args.op
-        for batch in args.batches
-        for r in sweep(
-            name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, dtypes(args), **shape
-        )
-    ]
+    rows = []
+    for name in args.op:
+        for batch in args.batches:  # each shape's rows kept as it ends: a run stopped early keeps what it timed
+            done = sweep(
+                name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, dtypes(args), **shape
+            )
+            append_rows(args.out, done)
+            rows += done
     if pool is not None:
         pool.shutdown()
-    append_rows(args.out, rows)
     timed = [r for r in rows if "us" in r]
     for batch in sorted({r["batch"] for r in timed}):
         print(f"best at B={batch}: {min((r for r in timed if r['batch'] == batch), key=lambda r: r['us'])}")

@@ -38,9 +38,16 @@ def _defaults(cfg: DecodeConfig, fused: bool) -> tuple[int, int, int]:
     (rows stamped f9acedb). From `MANY_ROWS` (B=32: 128k) one warp of 8 rows storing them last, fla's CTA and order:
     35.96, 133.64 and 263.98 us at B=32, 128 and 256 against 36.95, 138.17 and 272.62 for 8 x 4; the fused op, whose
     per-CTA norms and gates a one-warp CTA repeats for every 8 rows, takes it from `FUSED_ONE_WARP` (B=128: 135.0 and
-    264.7 against 135.6 and 268.5 us; 37.0 against 36.6 at B=32)."""
+    264.7 against 135.6 and 268.5 us; 37.0 against 36.6 at B=32). A bf16 state row is half the bytes, so a CTA keeps
+    more rows in flight: 2 groups of 4 rows below `FEW_ROWS`, then 4 groups of 8 at every size, both ops (rows stamped
+    25a7e4d, us: `delta_rule` B=1 2.16 against 2.26 for 8 x 1, B=32 20.8 and B=128 73.1 against 22.5 and 76.4 for
+    one warp of 8 rows storing last, B=8 the same design; the fused op 22.2 and 79.0 against 23.7 and 79.2 at B=32 and
+    128, B=1 2.52 to 2.62 for every design of 4 or 8 rows a CTA). 8 groups of 8 rows were 2% faster for `delta_rule`
+    at B=128 and 256 (71.9 and 139.8 us) but slower for the fused op (80.5 at B=128): one design for both."""
     rows = cfg.batch * cfg.model.n_v_heads * cfg.model.head_v_dim
-    if rows < FEW_ROWS:
+    if cfg.state_dtype == "bfloat16":
+        design = (2, 4, 0) if rows < FEW_ROWS else (4, 8, 0)
+    elif rows < FEW_ROWS:
         design = (8, 1, 0)
     elif rows < MANY_ROWS:
         design = (4, 8, 0)

@@ -97,12 +97,13 @@ def test_attention_knob_grid_is_refused_or_right_on_short_chunks(name, rng):
     assert _knob_grid_checked(OPS[name], CASES["4b-B3"], rng), "every design refused"
 
 
+@pytest.mark.parametrize("state_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.family == "delta_rule"])
-def test_delta_rule_knob_grid_is_refused_or_right(name, rng):
+def test_delta_rule_knob_grid_is_refused_or_right(name, state_dtype, rng):
     """Every design of the recurrence's knob grid (what the tuner measures and the sweep times) is refused by the
-    schedule or matches the reference."""
+    schedule or matches the reference, at either state dtype (a bf16 state's defaults are designs of the grid)."""
     op = OPS[name]
-    right = _knob_grid_checked(op, CASES["4b-B3"], rng)
+    right = _knob_grid_checked(op, CASES["4b-B3"].replace(state_dtype=state_dtype), rng)
     assert right == len(knob_grid(op, "cuda")), "a design of the grid was refused at a shape every design fits"
 
 
