@@ -24,6 +24,7 @@ from conftest import (
 )
 from cuda_emu import Launch, NotEmulated, emulated, launcher, lower
 
+from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.export.artifact import schedule_ops
 from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
@@ -75,6 +76,15 @@ def test_committed_bf16_step_records_match_reference(case, rng):
     for scheduled in schedule_ops(cfg, "cuda", REPO / "tuning_logs", step_ops(cfg), allow_hand=False):
         op = OPS[scheduled.name]
         check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func}))), rng)
+
+
+@pytest.mark.parametrize("name", ["delta_rule", "delta_rule_fused"])
+def test_committed_bf16_state_records_match_reference(name, rng):
+    """The recurrence's committed H200 records at a bf16 state (qwen3.5-4b B=8), emulated, against the reference."""
+    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=8, state_dtype="bfloat16")
+    (scheduled,) = schedule_ops(cfg, "cuda", REPO / "tuning_logs", [name], allow_hand=False)
+    op = OPS[name]
+    check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(tvm.IRModule({"main": scheduled.func}))), rng)
 
 
 @pytest.mark.parametrize(
