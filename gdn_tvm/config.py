@@ -15,6 +15,9 @@ HEAD_MAPPINGS = ("grouped", "tiled")
 # Storage dtypes of what a step streams (`DecodeConfig.weight_dtype`, `kv_dtype`, `state_dtype`), each with its short
 # name in artifact names; kernels compute in float32 whatever they load.
 DTYPES = {"float32": "f32", "bfloat16": "bf16"}
+# The positive normal float32 numbers: the range of a constant the kernels hold as a float32 literal (rope_theta, the
+# epsilons), where it neither overflows nor flushes to zero.
+FLOAT32_NORMAL = (2.0**-126, float.fromhex("0x1.fffffep+127"))
 # Input projections stacked row-wise into one weight (one GEMV launch where a step uses them: B = 1), in order.
 STACKED = {
     "in_proj": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
@@ -58,6 +61,14 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.n_rot < 2 or self.n_rot % 2:
+            raise ValueError(
+                f"head_dim={self.head_dim} x partial_rotary_factor={self.partial_rotary_factor} rotates "
+                f"{self.n_rot} dims a head: RoPE rotates pairs, so it must be even and at least 2"
+            )
+        for name in ("rope_theta", "rms_norm_eps", "l2_norm_eps"):  # float32 literals in the kernels
+            if not FLOAT32_NORMAL[0] <= getattr(self, name) <= FLOAT32_NORMAL[1]:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a positive float32 normal number")
 
     @property
     def conv_dim(self) -> int:

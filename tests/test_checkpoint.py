@@ -315,8 +315,13 @@ BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
     "full_attention_interval=2": ("full_attention_interval", 2),  # against layer_types
     "rope_theta=0": ("rope_parameters.rope_theta", 0),
     "rope_theta=1e400": ("rope_parameters.rope_theta", 10**400),
+    "rope_theta=1e39": ("rope_parameters.rope_theta", 1e39),  # past float32, the kernels' literal
+    "rms_norm_eps=1e39": ("rms_norm_eps", 1e39),
+    "rms_norm_eps=1e-45": ("rms_norm_eps", 1e-45),  # a float32 subnormal, flushed to zero on the GPU
     "partial_rotary_factor=0": ("rope_parameters.partial_rotary_factor", 0),
     "partial_rotary_factor=1.5": ("rope_parameters.partial_rotary_factor", 1.5),
+    "partial_rotary_factor: 3 dims": ("rope_parameters.partial_rotary_factor", 3 / 256),  # RoPE rotates pairs
+    "partial_rotary_factor: 0 dims": ("rope_parameters.partial_rotary_factor", 1 / 512),
     "rope_parameters='x'": ("rope_parameters", "x"),
     "linear_num_value_heads=3": ("linear_num_value_heads", 3),  # not a multiple of linear_num_key_heads=2
     "num_key_value_heads=3": ("num_key_value_heads", 3),  # num_attention_heads=2 is not a multiple

@@ -166,10 +166,19 @@ def test_a_changed_data_byte_names_its_tensor_or_changes_one_element(base, data)
         assert base.changed_elements(expect_load(got)) <= 1
 
 
+FLOAT32_NORMAL = (2.0**-126, float(np.finfo(np.float32).max))  # the kernels' float32 literals: no overflow, no flush
+
+
+def rotates_pairs(x: float) -> bool:
+    """A rotary fraction of HF_CONFIG's head_dim that rotates a whole number (>= 1) of pairs of dims."""
+    dims = int(HF_CONFIG["head_dim"] * x)
+    return 0 < x <= 1 and dims >= 2 and dims % 2 == 0
+
+
 NUMBERS = {  # config.json float field: ModelConfig field, valid range
-    "rms_norm_eps": ("rms_norm_eps", lambda x: 0 < x < math.inf),
-    "rope_parameters.rope_theta": ("rope_theta", lambda x: 0 < x < math.inf),
-    "rope_parameters.partial_rotary_factor": ("partial_rotary_factor", lambda x: 0 < x <= 1),
+    "rms_norm_eps": ("rms_norm_eps", lambda x: FLOAT32_NORMAL[0] <= x <= FLOAT32_NORMAL[1]),
+    "rope_parameters.rope_theta": ("rope_theta", lambda x: FLOAT32_NORMAL[0] <= x <= FLOAT32_NORMAL[1]),
+    "rope_parameters.partial_rotary_factor": ("partial_rotary_factor", rotates_pairs),
 }
 SIZE_FIELDS = [*SIZES.values(), "vocab_size", "intermediate_size"]  # integers >= 1 that tensor shapes follow
 FIELDS = [*SIZE_FIELDS, "full_attention_interval", *NUMBERS, "layer_types", "rope_parameters", ""]  # "": all

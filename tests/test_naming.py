@@ -67,3 +67,20 @@ def test_dtypes_are_named_only_where_not_float32():
 def test_a_dtype_outside_the_table_is_refused_by_field_name(field):
     with pytest.raises(ValueError, match=f"{field} must be one of"):
         BASE.replace(**{field: "float16"})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"partial_rotary_factor": 3 / 64},  # 3 dims: RoPE rotates pairs
+        {"partial_rotary_factor": 1 / 128},  # no dims
+        {"rope_theta": 1e39},  # past float32: the kernels hold it as a float32 literal
+        {"rms_norm_eps": 1e-45},  # a float32 subnormal, flushed to zero on the GPU
+        {"l2_norm_eps": 0.0},
+    ],
+    ids=str,
+)
+def test_a_model_the_kernels_cannot_hold_is_refused_by_field_name(change):
+    (field,) = change
+    with pytest.raises(ValueError, match=field):
+        BASE.replace(**change)
