@@ -65,9 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
 
 
-def _step_bytes(plan) -> int:
-    """Bytes a model step's buffers take on its device: weights, states, caches, activations (views share theirs)."""
-    return sum(math.prod(b.shape) * np.dtype(b.dtype).itemsize for b in plan.buffers.values() if b.role != "view")
+def _step_bytes(plan, role: str | None = None) -> int:
+    """Bytes a model step's buffers take on its device: weights, states, caches, activations (views share theirs);
+    those of one `role` only where given."""
+    buffers = [b for b in plan.buffers.values() if b.role != "view" and role in (None, b.role)]
+    return sum(math.prod(b.shape) * np.dtype(b.dtype).itemsize for b in buffers)
 
 
 def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -100,7 +102,10 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.prompt is not None:
         if tokenizer is None:
             parser.error("--prompt needs a checkpoint with tokenizer.json; give --prompt-ids")
-        ids = tokenizer.encode(args.prompt).ids
+        try:
+            ids = tokenizer.encode(args.prompt).ids
+        except Exception as err:  # the tokenizers package raises plain Exceptions
+            raise ValueError(f"--prompt: {vocabulary} cannot encode it: {err}") from None
     else:
         try:
             ids = [int(t) for t in args.prompt_ids.split(",")]
@@ -111,6 +116,8 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     sampling = args.temperature > 0  # greedy decoding takes `argmax`, not `sample`'s ~85 passes
     device, plan = tvm.cuda(0) if on_gpu else tvm.cpu(0), model_plan(cfg, sampling)
     need, have = _step_bytes(plan), memory_bytes(device)
+    if not on_gpu:  # the weights' host arrays stay beside the step's copies of them
+        need += _step_bytes(plan, "weight")
     if need > have:
         parser.error(
             f"--batch {args.batch}, --max-len {args.max_len}: the step's buffers take {need / 2**30:.1f} GiB, "

@@ -92,10 +92,15 @@ def gpu_present() -> bool:
 
 
 def memory_bytes(device: tvm.runtime.Device) -> int:
-    """Bytes of memory `device` holds: a CUDA GPU's global memory, the host's physical memory for the CPU."""
+    """Bytes of memory `device` has for a step: a CUDA GPU's global memory; for the CPU, what the host can give
+    without swapping (Linux's MemAvailable: free memory and reclaimable caches), else its physical memory."""
     if device.dlpack_device_type() == tvm.cuda(0).dlpack_device_type():
         return int(device.total_global_memory)
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/proc/meminfo") as info:
+            return next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):  # not Linux, or a kernel without the field
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def default() -> tvm.target.Target:

@@ -15,6 +15,7 @@ from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import PRESETS, DecodeConfig
 from gdn_tvm.plan import step_ops, stored_dtype
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
+from gdn_tvm.runtime import layers
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.runtime.weights import random_weights, unstack
 from gdn_tvm.signature import ArgumentError
@@ -355,3 +356,20 @@ def test_graph_capture_missing_launches_is_an_error(monkeypatch, nodes):
     with pytest.raises(RuntimeError, match=f"recorded {nodes} nodes for 3 kernel calls"):
         CudaGraph(lambda: None, 3)
     assert CudaGraph(lambda: None, nodes).exec == 7  # as many nodes as calls: instantiated
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bfloat16"])
+def test_fill_and_write_row_go_through_small_host_buffers(dtype, monkeypatch):
+    """`fill` (a state pool zeroed at binding, a slot reset) writes from host buffers of at most `FILL_CHUNK` bytes,
+    so a whole KV cache is never copied from the host: set to 3 elements a copy here, every element in the range
+    and none outside it is written."""
+    monkeypatch.setattr(layers, "FILL_CHUNK", 3 * np.dtype(dtype).itemsize)
+    values = np.arange(20).reshape(4, 5).astype(dtype)
+    tensor = tvm.runtime.tensor(values)
+    layers.write_row(tensor, 2, -1)
+    layers.fill(tensor, 7, start=3, count=4)
+    values[2] = -1
+    values.reshape(-1)[3:7] = 7
+    assert np.array_equal(tensor.numpy(), values)
+    layers.fill(tensor, 0)
+    assert not tensor.numpy().any()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import sys
 from collections import Counter
@@ -236,8 +237,19 @@ def test_malformed_or_edited_manifest_is_named(built, for_manifests, path, value
     expect_error(got, f"{for_manifests / MANIFEST}: ", names)
 
 
-def test_manifest_that_is_not_json_is_named(for_manifests):
-    expect_error(attempt(for_manifests, "{"), f"{for_manifests / MANIFEST}: not JSON")
+@pytest.mark.parametrize("text", ["{", "[" * 200_000 + "]" * 200_000], ids=["cut", "nested past the JSON reader"])
+def test_manifest_that_is_not_json_is_named(for_manifests, text):
+    expect_error(attempt(for_manifests, text), f"{for_manifests / MANIFEST}: not JSON")
+
+
+def test_manifest_that_cannot_be_read_is_named(for_manifests, monkeypatch):
+    def failing(*_args, **_kwargs):
+        raise OSError(5, "Input/output error")
+
+    (for_manifests / MANIFEST).write_text("{}")
+    monkeypatch.setattr(Path, "read_text", failing)
+    with pytest.raises(ManifestError, match=f"{re.escape(str(for_manifests / MANIFEST))}: unreadable: .*Input/output"):
+        load(for_manifests, CFG, "llvm")
 
 
 def edit(data: st.DataObject, original: dict) -> str:

@@ -5,6 +5,8 @@ early and its lane refilled, sampling reproducible, and requests refused by name
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tvm
@@ -273,6 +275,21 @@ def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, t
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_generate_cli_names_a_prompt_the_tokenizer_cannot_encode(tmp_path, rng, capsys):
+    """A word-level tokenizer without an unknown token cannot encode a word it lacks: exit status 2 naming --prompt
+    and the tokenizer's file, not the tokenizers package's traceback."""
+    from tokenizers import Tokenizer, models
+
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token=None)).save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(SystemExit) as exit_:
+        generate.main(["--checkpoint", str(tmp_path), "--target", "llvm", "--prompt", "zebra"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--prompt: " in err and "tokenizer.json cannot encode it" in err
+
+
 def test_model_ops_are_what_build_and_tune_take_for_the_model():
     """`--ops model` (make build / make tune): every op of the sampling and the greedy step, each once."""
     import argparse
@@ -288,8 +305,9 @@ def test_model_ops_are_what_build_and_tune_take_for_the_model():
     assert cli.op_names(argparse.ArgumentParser(), argparse.Namespace(ops="model"), cfg) == names
 
 
-def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_ram():
-    """(No GPU needed: a stand-in CUDA device.) `generate`'s size check compares with these."""
+def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_available_memory():
+    """(No GPU needed: a stand-in CUDA device.) `generate`'s size check compares with these; the host's is what it
+    can give now, at most its physical memory."""
     from gdn_tvm.target import memory_bytes
 
     class FakeCuda:
@@ -299,7 +317,7 @@ def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_ram():
             return tvm.cuda(0).dlpack_device_type()
 
     assert memory_bytes(FakeCuda()) == 141 * 10**9
-    assert memory_bytes(tvm.cpu(0)) > 2**30
+    assert 2**30 < memory_bytes(tvm.cpu(0)) <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def test_generate_cli_refuses_cuda_without_a_gpu_and_a_negative_seed(tmp_path, rng, capsys, monkeypatch):

@@ -9,6 +9,7 @@ before the plan runs, so the same launches (or a CUDA graph captured from them) 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -23,6 +24,7 @@ from gdn_tvm.runtime.weights import check_weights, upload
 from gdn_tvm.signature import ArgumentError, bind, check_args
 
 Kernels = Mapping[str, Kernel]
+FILL_CHUNK = 1 << 26  # bytes of the host buffer `fill` writes a device tensor from
 
 
 class StepBuffers:
@@ -64,12 +66,12 @@ class Layer:
             if buffer.start:
                 return row_view(base, buffer.start, buffer.shape)
             return base._create_view(buffer.shape)
+        tensor = tvm.runtime.empty(buffer.shape, buffer.dtype, self.device)
         if buffer.role == "state":
-            self.states.append(tvm.runtime.tensor(np.zeros(buffer.shape, buffer.dtype), self.device))
-            return self.states[-1]
-        if np.dtype(buffer.dtype).kind in "iu":  # token ids and the like: valid (0) before their first write
-            return tvm.runtime.tensor(np.zeros(buffer.shape, buffer.dtype), self.device)
-        return tvm.runtime.empty(buffer.shape, buffer.dtype, self.device)
+            self.states.append(tensor)
+        if buffer.role == "state" or np.dtype(buffer.dtype).kind in "iu":  # ids and the like: valid (0) from the start
+            fill(tensor, 0)
+        return tensor
 
     def _bind(self, name: str, values: dict, kernels: Kernels) -> None:
         """Append a launch; its buffers are checked against the kernel's signature once, here."""
@@ -96,10 +98,22 @@ class Layer:
 
 def write_row(tensor: tvm.runtime.Tensor, index: int, value) -> None:
     """`tensor[index] = value` on its device (row `index` of a `[N, ...]` tensor, `value` broadcast over it)."""
-    row = tuple(tensor.shape[1:])
+    row = math.prod(tensor.shape[1:])
+    fill(tensor, value, index * row, row)
+
+
+def fill(tensor: tvm.runtime.Tensor, value, start: int = 0, count: int | None = None) -> None:
+    """Elements `[start, start + count)` of `tensor`, flat (default: all from `start`), set to `value` on its
+    device, from a host buffer of at most `FILL_CHUNK` bytes: a host copy of a whole KV cache or state pool would
+    double what it takes of the host's memory."""
     dtype = str(tensor.dtype)
-    nbytes = int(np.prod(row, dtype=np.int64)) * np.dtype(dtype).itemsize
-    tensor._create_view(row, relative_byte_offset=index * nbytes).copyfrom(np.full(row, value, dtype))
+    size = np.dtype(dtype).itemsize
+    count = math.prod(tensor.shape) - start if count is None else count
+    step = max(1, FILL_CHUNK // size)
+    chunk = np.full(min(step, count), value, dtype)
+    for first in range(start, start + count, step):
+        n = min(step, start + count - first)
+        tensor._create_view((n,), relative_byte_offset=first * size).copyfrom(chunk[:n])
 
 
 def bind_layer(

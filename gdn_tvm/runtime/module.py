@@ -90,7 +90,9 @@ def read_manifest(path: str | Path, cfg: DecodeConfig, target: str) -> tuple[Pat
     file = manifest_path(path, cfg, target)
     try:
         manifest = json.loads(file.read_text())
-    except ValueError as err:
+    except OSError as err:
+        raise ManifestError(f"{file}: unreadable: {err}") from None
+    except (ValueError, RecursionError) as err:  # RecursionError: nested deeper than the JSON reader goes
         raise ManifestError(f"{file}: not JSON: {err}") from None
     check_fields(file, manifest)
     want = {"target": target, "tvm": tvm.__version__, **_flat(dataclasses.asdict(cfg))}
