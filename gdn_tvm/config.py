@@ -18,11 +18,29 @@ DTYPES = {"float32": "f32", "bfloat16": "bf16"}
 # The positive normal float32 numbers: the range of a constant the kernels hold as a float32 literal (rope_theta, the
 # epsilons), where it neither overflows nor flushes to zero.
 FLOAT32_NORMAL = (2.0**-126, float.fromhex("0x1.fffffep+127"))
+
 # Input projections stacked row-wise into one weight (one GEMV launch where a step uses them: B = 1), in order.
 STACKED = {
     "in_proj": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
 }
+
+
+def float32_normal(x: float) -> bool:
+    """`x` is in `FLOAT32_NORMAL`: a kernel constant that neither overflows nor flushes to zero."""
+    return FLOAT32_NORMAL[0] <= x <= FLOAT32_NORMAL[1]
+
+
+def rotary_problem(head_dim: int, partial_rotary_factor: float) -> str | None:
+    """Why a head of `head_dim` dims cannot rotate that fraction of them (RoPE rotates pairs of dims: the count,
+    `ModelConfig.n_rot`, must be even and at least 2), or None."""
+    n_rot = int(head_dim * partial_rotary_factor)
+    if n_rot < 2 or n_rot % 2:
+        return (
+            f"head_dim={head_dim} x {partial_rotary_factor!r} rotates {n_rot} dims a head; RoPE rotates pairs of "
+            "dims, so that must be even and at least 2"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,13 +79,10 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.n_rot < 2 or self.n_rot % 2:
-            raise ValueError(
-                f"head_dim={self.head_dim} x partial_rotary_factor={self.partial_rotary_factor} rotates "
-                f"{self.n_rot} dims a head: RoPE rotates pairs, so it must be even and at least 2"
-            )
+        if problem := rotary_problem(self.head_dim, self.partial_rotary_factor):
+            raise ValueError(f"partial_rotary_factor: {problem}")
         for name in ("rope_theta", "rms_norm_eps", "l2_norm_eps"):  # float32 literals in the kernels
-            if not FLOAT32_NORMAL[0] <= getattr(self, name) <= FLOAT32_NORMAL[1]:
+            if not float32_normal(getattr(self, name)):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a positive float32 normal number")
 
     @property

@@ -35,7 +35,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's bfloat16, the dtype of real Q
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from gdn_tvm.config import DTYPES, FLOAT32_NORMAL, PRESETS, ModelConfig
+from gdn_tvm.config import DTYPES, PRESETS, ModelConfig, float32_normal, rotary_problem
 from gdn_tvm.plan import WEIGHTS, block_weights, model_weights, stored_dtype
 from gdn_tvm.signature import ArgumentError
 
@@ -115,11 +115,6 @@ def _to_float(value: int | float) -> float:
         return math.inf
 
 
-def _float32_normal(x: float) -> bool:
-    """A constant the kernels hold as a float32 literal: positive, neither overflowing nor flushing to zero."""
-    return FLOAT32_NORMAL[0] <= x <= FLOAT32_NORMAL[1]
-
-
 def _fraction(x: float) -> bool:
     return 0 < x <= 1
 
@@ -158,21 +153,16 @@ def model_config(config: object, name: str, file: str = "config.json") -> ModelC
         if c.obj[multiple] % c.obj[of]:
             raise c.error(multiple, f"{c.obj[multiple]} is not a multiple of {of}={c.obj[of]}")
     float32 = "that is a positive float32 normal number"
-    theta = _rope_field(c, "rope_theta", _float32_normal, float32)
+    theta = _rope_field(c, "rope_theta", float32_normal, float32)
     rotary = _rope_field(c, "partial_rotary_factor", _fraction, "in (0, 1]")
-    n_rot = int(sizes["head_dim"] * rotary)  # as `ModelConfig.n_rot`
-    if n_rot < 2 or n_rot % 2:
-        raise c.error(
-            "partial_rotary_factor",
-            f"head_dim={sizes['head_dim']} x {rotary!r} rotates {n_rot} dims a head; RoPE rotates pairs of dims, "
-            "so that must be even and at least 2",
-        )
+    if problem := rotary_problem(sizes["head_dim"], rotary):
+        raise c.error("partial_rotary_factor", problem)
     m = ModelConfig(
         name=name,
         **sizes,
         rope_theta=theta,
         partial_rotary_factor=rotary,
-        rms_norm_eps=c.number("rms_norm_eps", _float32_normal, float32, default=1e-6),
+        rms_norm_eps=c.number("rms_norm_eps", float32_normal, float32, default=1e-6),
         full_attention_interval=c.size("full_attention_interval", default=4),
         tie_word_embeddings=top.flag("tie_word_embeddings", False),
     )
