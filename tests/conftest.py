@@ -152,19 +152,16 @@ COMMITTED_BF16_STEP_LOGS = {
 }
 
 
-def model_only_ops(cfg: DecodeConfig, without: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The ops the whole model launches and its mixer step does not, but those in `without`."""
-    step = set(step_ops(cfg)) | set(without)
+def model_only_ops(cfg: DecodeConfig) -> tuple[str, ...]:
+    """The ops the whole model launches and its mixer step does not."""
+    step = set(step_ops(cfg))
     return tuple(name for name in model_ops(cfg) if name not in step)
 
 
 # The whole model's ops beyond the mixer step's with H200 records, by default (bf16) config; the model's other ops
 # build from their hand schedules (`make build ARGS="--ops model --allow-hand"`).
 _MODEL_B1 = {name: DecodeConfig(preset(name), batch=1) for name in ("qwen3.5-0.8b", "qwen3.5-4b")}
-COMMITTED_BF16_MODEL_RECORDS = {
-    "0.8b-B1-bf16": (_MODEL_B1["qwen3.5-0.8b"], model_only_ops(_MODEL_B1["qwen3.5-0.8b"])),
-    "4b-B1-bf16": (_MODEL_B1["qwen3.5-4b"], model_only_ops(_MODEL_B1["qwen3.5-4b"], without=("embedding",))),
-}
+COMMITTED_BF16_MODEL_RECORDS = {f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg)) for name, cfg in _MODEL_B1.items()}
 
 
 def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:
