@@ -25,6 +25,30 @@ STACKED = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
 }
 
+# Batched projections as library GEMMs (`plan.Fusions.library_gemm`): `gemm_<proj>` for each of `LIBRARY_GEMMS` (every
+# projection a step does not stack), reading its input split into two bf16 rows by `split_bf16_<width>`; a width is
+# named by the projection whose input defines it, the rest read the residual stream's ("hidden").
+LIBRARY_GEMMS = (
+    "in_proj_qkv",
+    "in_proj_z",
+    "in_proj_b",
+    "in_proj_a",
+    "out_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_up_proj",
+    "down_proj",
+    "lm_head",
+)
+SPLIT_WIDTHS = {"hidden": "in_proj_qkv", "value": "out_proj", "attention": "o_proj", "intermediate": "down_proj"}
+
+
+def split_width(proj: str) -> str:
+    """The `SPLIT_WIDTHS` name of `proj`'s input."""
+    return next((width for width, owner in SPLIT_WIDTHS.items() if owner == proj), "hidden")
+
 
 def float32_normal(x: float) -> bool:
     """`x` is in `FLOAT32_NORMAL`: a kernel constant that neither overflows nor flushes to zero."""

@@ -14,11 +14,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gdn_tvm.config import STACKED, STOP_IDS, DecodeConfig, ModelConfig
+from gdn_tvm.config import SPLIT_WIDTHS, STACKED, STOP_IDS, DecodeConfig, ModelConfig, split_width
 
 ROLES = ("input", "weight", "state", "act", "view")
 FLOAT32_WEIGHTS = frozenset({"A", "dt_bias"})  # the gates' per-head parameters: float32 whatever the weight dtype
 VIEW_ALIGN = 64  # bytes: where a row view of a stacked projection may start (the kernels' vector loads)
+LIBRARY_GEMM_LANES = 16  # lanes from which the projections are library GEMMs (`Fusions.library_gemm`)
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,19 @@ class Fusions:
     block_stages: the decoder layer's RMSNorms as the prologues of the GEMVs reading the residual stream (the
       stacked mixer input, gate|up) and its residual adds as the epilogues of those writing a sublayer's output
       (out_proj, o_proj, down_proj): no norm launch inside the model's layers. At B = 1 where both mixers' inputs
-      are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile."""
+      are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile.
+    library_gemm: every projection but the stacked ones as a library GEMM (`gemm_<proj>`: cuBLAS on CUDA) over its
+      input split into two bf16 rows (`split_bf16_<width>`, once per input), gate|up's SwiGLU a kernel of its own:
+      from `LIBRARY_GEMM_LANES` lanes with bf16 weights. On the H200 (`h200_cublas_split.jsonl`) cuBLAS over the
+      split rows takes 4b B=32 qkv 14.9 us and B=128 gate|up 39.1 where the tuned tensor-core GEMVs took 37.4 and
+      ~360; at B=8 the split costs nothing against one bf16 row (13.5 against 13.3 us) but the GEMVs are not
+      measured against it there."""
 
     stacked: frozenset[str]
     gdn_stages: bool
     split_kv: bool
     block_stages: bool
+    library_gemm: bool
 
 
 def fusions(cfg: DecodeConfig) -> Fusions:
@@ -102,6 +110,7 @@ def fusions(cfg: DecodeConfig) -> Fusions:
         gdn_stages=cfg.batch == 1,
         split_kv=cfg.n_splits > 1,
         block_stages=cfg.batch == 1 and stacked == frozenset(STACKED),
+        library_gemm=cfg.batch >= LIBRARY_GEMM_LANES and cfg.weight_dtype == "bfloat16",
     )
 
 
@@ -220,6 +229,23 @@ class _Builder:
             raise ValueError(f"{self.kind} plan: {op} binds undeclared buffers {unknown}")
         self.launches.append(Launch(op, args))
 
+    def gemv(self, proj: str, x: str, y: str, w: str = "", xs: str = "") -> None:
+        """`y = x @ w.T` of projection `proj` (weight buffer `w`, default `proj`; x and y `[B, K]`, `[B, N]`): one
+        GEMV, or under `fusions.library_gemm` the library GEMM over `xs` (x already split), else over x split here."""
+        if not self.fusions.library_gemm:
+            self.launch(f"gemv_{proj}", w=w or proj, x=x, y=y)
+            return
+        self.launch(f"gemm_{proj}", w=w or proj, xs=xs or self.split(x, split_width(proj)), y=y)
+
+    def split(self, x: str, width: str) -> str:
+        """x `[B, K]` split into two bf16 rows (`split_bf16_<width>`) in the plan's buffer of that width."""
+        B, K = self.cfg.batch, self.cfg.model.projections[SPLIT_WIDTHS[width]][1]
+        name = f"split_{width}"
+        if name not in self.buffers:
+            self.add(name, (2, B, K), "act", "bfloat16")
+        self.launch(f"split_bf16_{width}", x=x, xs=name)
+        return name
+
     def project(
         self, outputs: Iterable[tuple[str, str, tuple[int, ...]]], norm_weight: str = "", **epilogue: str
     ) -> list[str]:
@@ -233,12 +259,14 @@ class _Builder:
             raise ValueError(f"{self.kind} plan: an RMSNorm prologue needs the stacked input projection")
         if not self.stacked:
             names = []
+            xs = self.split("x", "hidden") if self.fusions.library_gemm else ""
             for i, (proj, name, shape) in enumerate(outputs):
                 y = self.act(name, *shape)
                 flat = self.view(y, B, math.prod(shape) // B)
-                self.launch(
-                    f"gemv_{proj}{conv if i == 0 else ''}", w=proj, x="x", y=flat, **(epilogue if i == 0 else {})
-                )
+                if i == 0 and epilogue:
+                    self.launch(f"gemv_{proj}{conv}", w=proj, x="x", y=flat, **epilogue)
+                else:
+                    self.gemv(proj, "x", flat, xs=xs)
                 names.append(y)
             return names
         parts = STACKED[self.stacked]
@@ -317,7 +345,7 @@ def gdn(cfg: DecodeConfig, block: bool = False) -> Plan:
         y = p.act("normed", B, hv * dv)
         heads = {"o": p.view(o, B, hv, dv), "z": p.view(z, B, hv, dv), "w": "norm", "y": p.view(y, B, hv, dv)}
         p.launch("gated_rmsnorm", **heads)
-        p.launch("gemv_out_proj", w="out_proj", x=y, y=out)
+        p.gemv("out_proj", y, out)
     return p.done(out)
 
 
@@ -351,7 +379,7 @@ def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
         p.launch("gemv_o_proj_residual", w="o_proj", x=p.view(gated, B, hq * d), residual="x")
         return p.done("x")
     out = p.act("out", B, m.hidden)
-    p.launch("gemv_o_proj", w="o_proj", x=p.view(gated, B, hq * d), y=out)
+    p.gemv("o_proj", p.view(gated, B, hq * d), out)
     return p.done(out)
 
 
@@ -401,6 +429,8 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     fused = p.fusions.block_stages
     if not fused:
         mlp_in, mlp_out = p.act("mlp_in", B, m.hidden), p.act("mlp_out", B, m.hidden)
+    if p.fusions.library_gemm:
+        gate_up_out = p.act("gate_up", B, 2 * m.intermediate_size)
     p.launch("embedding", ids="ids", table="embed_tokens", rows=hidden)
     step = {"slots": "slots", "positions": "positions"}
     for i, kind in enumerate(m.layer_types):
@@ -423,14 +453,18 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
             p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight=input_norm, y=normed)
         out = p.nest(prefix, PLANS[kind](cfg), {"x": normed, **step})
         p.launch("add_rmsnorm", x=out, residual=hidden, weight=post_norm, y=mlp_in)
-        p.launch("gemv_gate_up_proj_swiglu", w=gate_up, x=mlp_in, y=mlp_act)
-        p.launch("gemv_down_proj", w=prefix + "down_proj", x=mlp_act, y=mlp_out)
+        if p.fusions.library_gemm:
+            p.gemv("gate_up_proj", mlp_in, gate_up_out, w=gate_up)
+            p.launch("swiglu", x=gate_up_out, y=mlp_act)
+        else:
+            p.launch("gemv_gate_up_proj_swiglu", w=gate_up, x=mlp_in, y=mlp_act)
+        p.gemv("down_proj", mlp_act, mlp_out, w=prefix + "down_proj")
     if fused:
         p.launch("rmsnorm", x=hidden, weight="norm", y=normed)
     else:
         p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight="norm", y=normed)
     logits = p.act("logits", B, m.vocab_size)
-    p.launch("gemv_lm_head", w="lm_head", x=normed, y=logits)
+    p.gemv("lm_head", normed, logits)
     sampled = p.add("sampled", (B,), "act", "int32")
     if sampling:
         draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}

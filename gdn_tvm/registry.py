@@ -16,7 +16,7 @@ from importlib import import_module
 from tvm import s_tir, tirx
 
 from gdn_tvm import naming
-from gdn_tvm.config import DecodeConfig
+from gdn_tvm.config import LIBRARY_GEMMS, SPLIT_WIDTHS, DecodeConfig
 from gdn_tvm.signature import Arg
 
 TARGET_KINDS = ("llvm", "cuda")
@@ -42,14 +42,23 @@ class Op:
     key_name: str = ""  # workload-key prefix; ops of one shape family (gemv) share it
     ref_params: tuple[str, ...] = ()  # config fields the reference takes as keywords (not implied by shapes)
     flags: Mapping[str, object] = field(default_factory=dict)
+    library: str = ""  # what computes the op on CUDA instead of a TensorIR kernel (`runtime.cublas`): none to tune
+
+    def compiled(self, target_kind: str) -> bool:
+        """The op is a TensorIR kernel on `target_kind` (not a library call): what tuning and builds schedule."""
+        return not (self.library and target_kind == "cuda")
 
     def run_reference(self, cfg: DecodeConfig, values: Mapping[str, object]) -> None:
         """The reference on `values` (float64 copies), with the config fields it needs."""
         self.reference(**values, **{n: naming.field(cfg, n) for n in self.ref_params})
 
     def applies(self, cfg: DecodeConfig) -> bool:
-        """`cfg`'s model has what the op computes: a GEMV's projection (the MLP's only where the MLP is dense)."""
-        return self.flags.get("proj", "") in ("", *cfg.model.projections)
+        """`cfg`'s model has what the op computes: a GEMV's projection (the MLP's only where the MLP is dense), and a
+        library GEMM's bf16 weights."""
+        if self.library and cfg.weight_dtype != "bfloat16":
+            return False
+        proj = self.flags.get("proj") or SPLIT_WIDTHS.get(str(self.flags.get("width")), "")
+        return proj in ("", *cfg.model.projections)
 
     def workload_key(self, cfg: DecodeConfig, target_kind: str) -> str:
         """The workload's name (`naming.workload`): its tuning-log folder and its build's manifest entry."""
@@ -92,6 +101,15 @@ def _gemv_sizes(
     return sizes | _dims("weight_dtype")(cfg)
 
 
+def _split_sizes(cfg: DecodeConfig, width: str) -> dict[str, object]:
+    return {"batch": cfg.batch, "cols": cfg.model.projections[SPLIT_WIDTHS[width]][1]}
+
+
+def _gemm_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
+    rows, cols = cfg.model.projections[proj]
+    return {"batch": cfg.batch, "rows": rows, "cols": cols}
+
+
 def _entry(
     family: str,
     sizes,
@@ -110,13 +128,16 @@ def _entry(
         make=partial(getattr(op_mod, f"make_{family}"), **flags),
         signature=partial(op_mod.signature, **flags),
         reference=getattr(ref_mod, ref or family),
-        schedules={kind: partial(getattr(sched_mod, kind), **flags) for kind in TARGET_KINDS},
+        schedules={
+            kind: partial(getattr(sched_mod, kind), **flags) for kind in TARGET_KINDS if hasattr(sched_mod, kind)
+        },
         knobs={kind: getattr(sched_mod, grid, {}) for kind, grid in KNOB_GRIDS.items()},
         sizes=sizes,
         exact=exact,
         key_name=key_name,
         ref_params=ref_params,
         flags=flags,
+        library=getattr(op_mod, "LIBRARY", ""),
     )
 
 
@@ -186,6 +207,22 @@ _ENTRIES = [
         ref="rmsnorm",
         ref_params=("rms_norm_eps",),
         add=False,
+    ),
+    _entry("swiglu", _dims("batch", "intermediate_size"), proj="gate_up_proj"),
+    *(
+        _entry(
+            "split_bf16",
+            partial(_split_sizes, width=width),
+            name=f"split_bf16_{width}",
+            exact=True,
+            key_name="split_bf16",
+            width=width,
+        )
+        for width in SPLIT_WIDTHS
+    ),
+    *(
+        _entry("gemm", partial(_gemm_sizes, proj=proj), name=f"gemm_{proj}", key_name="gemm", proj=proj)
+        for proj in LIBRARY_GEMMS
     ),
     _entry("sample", _dims("batch", "vocab_size"), exact=True),
     _entry("argmax", _dims("batch", "vocab_size"), exact=True),
@@ -311,8 +348,9 @@ def get(name: str) -> Op:
 
 def workload_groups(cfg: DecodeConfig, target_kind: str, names: Sequence[str]) -> dict[str, list[str]]:
     """The op names of `names` by workload key, in first-seen order: ops of one key share a definition, hence one
-    tuning record, one schedule and one compiled function."""
+    tuning record, one schedule and one compiled function. Library ops on `target_kind` (`Op.compiled`) have none."""
     groups: dict[str, list[str]] = {}
     for name in names:
-        groups.setdefault(get(name).workload_key(cfg, target_kind), []).append(name)
+        if get(name).compiled(target_kind):
+            groups.setdefault(get(name).workload_key(cfg, target_kind), []).append(name)
     return groups

@@ -184,7 +184,7 @@ def poisoned(arg: Arg) -> np.ndarray:
     """A host array for an output that no kernel writes (so an unwritten element fails a comparison): NaN, or an
     integer output's most negative value."""
     dtype = np.dtype(arg.dtype)
-    return np.full(arg.shape, np.nan if dtype.kind == "f" else np.iinfo(dtype).min, dtype=dtype)
+    return np.full(arg.shape, np.nan if is_float(dtype) else np.iinfo(dtype).min, dtype=dtype)
 
 
 def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:

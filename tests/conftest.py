@@ -135,7 +135,10 @@ UNTUNED = (
     "gemv_down_proj_residual",
     "attention_prologue",
 )
+# The batched steps' library-GEMM path (plan.Fusions.library_gemm: from 16 lanes, none of the committed f32 shapes).
+UNTUNED += tuple(name for name, op in OPS.items() if op.family in ("split_bf16", "gemm", "swiglu"))
 TUNED = [name for name in OPS if name not in UNTUNED]
+CUDA_OPS = {name: op for name, op in OPS.items() if op.compiled("cuda")}  # the rest are library calls there
 # The shapes whose every workload of `TUNED` has a committed H200 record (tuning_logs/cuda; `make tune` on the H200).
 COMMITTED_CUDA_LOGS = {
     "0.8b-B1": DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32),
@@ -161,7 +164,9 @@ def model_only_ops(cfg: DecodeConfig) -> tuple[str, ...]:
 # The whole model's ops beyond the mixer step's with H200 records, by default (bf16) config; the model's other ops
 # build from their hand schedules (`make build ARGS="--ops model --allow-hand"`).
 _MODEL_B1 = {name: DecodeConfig(preset(name), batch=1) for name in ("qwen3.5-0.8b", "qwen3.5-4b")}
-COMMITTED_BF16_MODEL_RECORDS = {f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg)) for name, cfg in _MODEL_B1.items()}
+COMMITTED_BF16_MODEL_RECORDS = {
+    f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg)) for name, cfg in _MODEL_B1.items()
+}
 
 
 def cuda_source(name: str, cfg: DecodeConfig, **knobs) -> str:

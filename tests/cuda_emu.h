@@ -66,6 +66,7 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 struct alignas(16) int4 {  // a vector of indices, where TVM gathers float4s it cannot prove contiguous
   int x, y, z, w;
 };

@@ -16,6 +16,7 @@ from conftest import (
     COMMITTED_BF16_MODEL_RECORDS,
     COMMITTED_BF16_STEP_LOGS,
     COMMITTED_CUDA_LOGS,
+    CUDA_OPS,
     REPO,
     TUNED,
     assert_kv_rows_round_to_nearest_even,
@@ -35,10 +36,10 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not on 
 
 # Every op at two presets (Hv != Hk; B = 3 skips a lane; a GEMV takes 0.3 to 3 s), the ops whose reference takes
 # the head mapping at the tiled one too, and the ops that read a storage dtype at the bf16 cases.
-EMULATED = [(name, case) for case in ("0.8b-B1", "4b-B3") for name in OPS] + [
-    (name, "4b-B1-tiled") for name, op in OPS.items() if "head_mapping" in op.ref_params
+EMULATED = [(name, case) for case in ("0.8b-B1", "4b-B3") for name in CUDA_OPS] + [
+    (name, "4b-B1-tiled") for name, op in CUDA_OPS.items() if "head_mapping" in op.ref_params
 ]
-EMULATED += [(name, case) for case in BF16_CASES for name, op in OPS.items() if reads_dtype(op, BF16_CASES[case])]
+EMULATED += [(name, case) for case in BF16_CASES for name, op in CUDA_OPS.items() if reads_dtype(op, BF16_CASES[case])]
 
 
 @pytest.mark.parametrize(("name", "case"), EMULATED)

@@ -14,6 +14,7 @@ from test_checkpoint import TINY
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.plan import LIBRARY_GEMM_LANES
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import load_checkpoint
 from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
@@ -140,6 +141,29 @@ def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):
     lane = model.start(late, slot=4)  # the slot lane 0 used: zeroed again
     tokens, logits = decode(model, {lane: late})
     assert_matches_hf(hf, late, tokens[lane], logits[lane], 1e-4, "refilled lane")
+
+
+def test_batched_library_gemms_decode_as_transformers(tmp_path, rng):
+    """From `LIBRARY_GEMM_LANES` lanes (bf16 weights) every projection is the library GEMM over x split into two bf16
+    rows (`split_bf16`, `gemm`, the SwiGLU apart): three lanes of 16 decode as transformers does, within the bf16
+    layer tolerance, and within the float32 layer tolerance (1e-3: the bf16 KV cache rounds the plans' 1e-6 apart
+    values to neighbouring bf16 values now and then) of the same model at B = 3 (GEMVs on float32 x), step for step."""
+    hf = save_hf_model(tmp_path, int(rng.integers(2**31)), True, "bfloat16")
+    batched, small = ours(tmp_path, "bfloat16", batch=LIBRARY_GEMM_LANES), ours(tmp_path, "bfloat16", batch=3)
+    assert {"split_bf16_intermediate", "gemm_down_proj", "swiglu", "gemm_lm_head"} <= set(batched.bound.launched)
+    assert not any(name.startswith("gemm_") for name in small.bound.launched)
+    V = TINY["vocab_size"]
+    requests = [Request(rng.integers(0, V, n).tolist(), budget) for n, budget in ((3, 40), (6, 9), (1, 33))]
+    for model in (batched, small):
+        for request, slot in zip(requests, (2, 0, 1), strict=True):
+            model.start(request, slot=slot)
+    (tokens, logits), (small_tokens, small_logits) = (decode(m, dict(enumerate(requests))) for m in (batched, small))
+    for lane, request in enumerate(requests):
+        assert tokens[lane] == small_tokens[lane], f"lane {lane}"
+        got, want = np.stack(logits[lane]), np.stack(small_logits[lane])
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err <= tolerance(("float32",), layer=True), f"lane {lane}: logits {err:.2e} from the GEMV plan's"
+        assert_matches_hf(hf, request, tokens[lane], logits[lane], tolerance(("bfloat16",), layer=True), f"lane {lane}")
 
 
 def test_generate_refills_lanes_stops_at_eos_and_samples_reproducibly(tmp_path, rng):

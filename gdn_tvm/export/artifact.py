@@ -112,6 +112,10 @@ def build(
     dlight schedules); returns the manifest's path."""
     kind = target.kind.name
     names = step_ops(cfg) if names is None else names
+    libraries = [] if dlight else [name for name in names if not get(name).compiled(kind)]
+    names = [name for name in names if name not in libraries]
+    if not names:
+        raise ValueError(f"nothing to compile for {kind}: {', '.join(libraries)} are library calls there")
     scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
     final = Path(out) / naming.build(cfg, kind)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +124,7 @@ def build(
     folder = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
     folder.mkdir()
     try:
-        manifest = _export(cfg, target, scheduled, folder / f"{final.name}.so", Path(out) / "cuda_stub")
+        manifest = _export(cfg, target, scheduled, libraries, folder / f"{final.name}.so", Path(out) / "cuda_stub")
         _move_into_place(folder, final)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
@@ -130,7 +134,8 @@ def build(
     fallback = f" ({', '.join(hand)})" if hand else ""
     counts = {k: sum(s.source == k for s in scheduled) for k in ("tuned", "hand", "dlight")}
     sources = ", ".join(f"{n} {k}" for k, n in counts.items() if n or k != "dlight")
-    echo(f"{library}: {len(scheduled)} ops, {sources}{fallback}")
+    calls = f", {len(libraries)} library calls" if libraries else ""
+    echo(f"{library}: {len(scheduled)} ops, {sources}{fallback}{calls}")
     compiler = manifest.get("cuda_compile")
     other = [f"{s.name} ({s.tuned_with})" for s in scheduled if s.tuned_with not in (None, compiler)]
     if other:
@@ -142,9 +147,15 @@ def build(
 
 
 def _export(
-    cfg: DecodeConfig, target: tvm.target.Target, scheduled: list[Scheduled], library: Path, stub: Path
+    cfg: DecodeConfig,
+    target: tvm.target.Target,
+    scheduled: list[Scheduled],
+    libraries: list[str],
+    library: Path,
+    stub: Path,
 ) -> dict:
-    """Compile `scheduled` into `library` and write the manifest beside it; returns the manifest."""
+    """Compile `scheduled` into `library` and write the manifest beside it, listing the ops of `libraries` as the
+    library calls they are on the target (`Op.library`); returns the manifest."""
     kind = target.kind.name
     mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
     manifest: dict = {
@@ -175,6 +186,9 @@ def _export(
             "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
         }
         for s in scheduled
+    } | {
+        name: {"library": get(name).library, "args": [arg_to_json(a) for a in get(name).signature(cfg)]}
+        for name in libraries
     }
     manifest["digest"] = digest(manifest)
     (library.parent / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

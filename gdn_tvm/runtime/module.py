@@ -35,7 +35,8 @@ from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.signature import ROLES, Arg
 
 MANIFEST = "manifest.json"
-FORMAT = 4  # 4: the config records its storage dtypes
+FORMAT = 5  # 5: a function may be a library call (`library`) rather than a function of the shared library
+LIBRARIES = ("cublas",)  # what a manifest function's `library` may name (`runtime.cublas`)
 DEVICES = {"llvm": (1, 0), "cuda": (2, 0)}  # DLPack (device type, index) of each target's kernels
 READ = ("format", "target", "tvm", "config", "library", "library_bytes", "library_sha256", "functions")
 CUDA_LOADER = "ffi.Module.load_from_bytes.cuda"  # registered by the tvm package's lib/libtvm_runtime_cuda.so
@@ -65,8 +66,9 @@ def arg_from_json(d: dict) -> Arg:
 
 
 def digest(manifest: dict) -> str:
-    """SHA-256 of what `load` reads of a manifest: the `READ` fields, of each function only its args."""
-    content = {k: manifest[k] for k in READ} | {"functions": {n: f["args"] for n, f in manifest["functions"].items()}}
+    """SHA-256 of what `load` reads of a manifest: the `READ` fields, of each function only its args and library."""
+    functions = {n: [f["args"], f.get("library")] for n, f in manifest["functions"].items()}
+    content = {k: manifest[k] for k in READ} | {"functions": functions}
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -183,6 +185,10 @@ def check_fields(file: Path, manifest: object) -> None:
         where = f"functions.{name}"
         if not isinstance(fn, dict):
             raise _error(file, where, "an object", fn)
+        library = fn.get("library")
+        _expect(
+            library is None or library in LIBRARIES, file, f"{where}.library", f"absent or one of {LIBRARIES}", library
+        )
         args = fn.get("args", MISSING)
         if not isinstance(args, list):
             raise _error(file, f"{where}.args", "a list", args)
@@ -244,10 +250,25 @@ def load(path: str | Path, cfg: DecodeConfig, target: str) -> dict[str, Kernel]:
     if target == "cuda":
         _load_cuda_runtime(library)
     lib = tvm.runtime.load_module(str(library))
-    lacking = [name for name in manifest["functions"] if not lib.implements_function(name)]
+    functions = manifest["functions"]
+    lacking = [name for name, fn in functions.items() if "library" not in fn and not lib.implements_function(name)]
     if lacking:
         raise ManifestError(f"{library}: lacks function(s) {', '.join(lacking)} that {file} lists")
-    return {
-        name: Kernel(name, lib[name], [arg_from_json(a) for a in fn["args"]], DEVICES[target])
-        for name, fn in manifest["functions"].items()
-    }
+    kernels = {}
+    for name, fn in functions.items():
+        signature = [arg_from_json(a) for a in fn["args"]]
+        func = lib[name] if "library" not in fn else _library_function(file, target, name, signature)
+        kernels[name] = Kernel(name, func, signature, DEVICES[target])
+    return kernels
+
+
+def _library_function(file: Path, target: str, name: str, signature: list[Arg]) -> Callable:
+    """The function of library op `name` (a cuBLAS GEMM: `runtime.cublas`) on `target`'s device."""
+    if target != "cuda":
+        raise ManifestError(f"{file}: functions.{name} is a library call, which only CUDA builds make")
+    from gdn_tvm.runtime import cublas
+
+    try:
+        return cublas.gemm_kernel(signature, DEVICES[target])
+    except cublas.CublasError as err:
+        raise ManifestError(f"{file}: functions.{name}: {err}") from None
