@@ -21,8 +21,9 @@ from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.export import artifact
 from gdn_tvm.export.__main__ import main as build_main
 from gdn_tvm.export.artifact import build, dlight_ops, schedule_ops
-from gdn_tvm.plan import step_ops
+from gdn_tvm.plan import LIBRARY_GEMM_LANES, step_ops
 from gdn_tvm.registry import OPS
+from gdn_tvm.runtime import cublas
 from gdn_tvm.runtime.module import ManifestError, check_library, digest, load, read_manifest
 from gdn_tvm.runtime.stack import HybridStack
 from gdn_tvm.signature import ArgumentError
@@ -218,6 +219,58 @@ def test_cuda_build_without_a_driver_is_named(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "a CUDA build, but TVM's CUDA runtime could not be loaded: libcuda.so.1" in done.stdout, done.stdout
+
+
+BATCHED = CFG.replace(batch=LIBRARY_GEMM_LANES, slots=LIBRARY_GEMM_LANES, weight_dtype="bfloat16", kv_dtype="bfloat16")
+
+
+@needs_cuda_export
+def test_a_cuda_build_lists_library_gemms_as_cublas_calls(tmp_path):
+    """A library GEMM is no function of a CUDA build: the manifest lists it as a cuBLAS call with its signature,
+    under the digest (an edited `library` field is refused), and a build of library calls alone is refused."""
+    names = ["split_bf16_hidden", "gemm_lm_head"]
+    build(BATCHED, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
+    file, manifest = read_manifest(tmp_path, BATCHED, "cuda")
+    gemm = manifest["functions"]["gemm_lm_head"]
+    assert gemm["library"] == "cublas" and "library" not in manifest["functions"]["split_bf16_hidden"]
+    assert [a["name"] for a in gemm["args"]] == ["w", "xs", "y"]
+    edited = json.loads(file.read_text())
+    edited["functions"]["gemm_lm_head"].pop("library")  # a cuBLAS call passed off as a function of the library
+    file.write_text(json.dumps(edited))
+    with pytest.raises(ManifestError, match="edited or corrupt"):
+        read_manifest(tmp_path, BATCHED, "cuda")
+    edited["functions"]["gemm_lm_head"]["library"] = "cutlass"
+    edited["digest"] = digest(edited)
+    file.write_text(json.dumps(edited))
+    with pytest.raises(ManifestError, match=r"functions\.gemm_lm_head\.library: expected absent or one of"):
+        read_manifest(tmp_path, BATCHED, "cuda")
+    with pytest.raises(ValueError, match="nothing to compile for cuda: gemm_lm_head are library calls"):
+        build(BATCHED, cuda(), tmp_path / "logs", tmp_path / "only", allow_hand=True, names=["gemm_lm_head"])
+
+
+def test_library_gemms_are_kernels_on_llvm(tmp_path, rng):
+    """On llvm the batched step's library GEMMs are TensorIR kernels like the rest: built, listed as functions and
+    matching their references."""
+    names = ["split_bf16_hidden", "gemm_in_proj_z", "swiglu"]
+    build(BATCHED, llvm(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
+    _, manifest = read_manifest(tmp_path, BATCHED, "llvm")
+    assert not any("library" in fn for fn in manifest["functions"].values())
+    kernels = load(tmp_path, BATCHED, "llvm")
+    for name in names:
+        check_kernel_against_reference(OPS[name], BATCHED, kernels[name], rng)
+
+
+def test_missing_cublas_is_named(tmp_path, monkeypatch):
+    """A CUDA build's library GEMMs need cuBLAS: where it is not found, the error names what was tried."""
+    bogus = tmp_path / "libcublas.so.13"
+    bogus.write_text("not a library")
+    monkeypatch.setenv("GDN_TVM_CUBLAS", str(bogus))
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "no-cuda"))
+    monkeypatch.setattr(cublas, "NAMES", ())
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    monkeypatch.setattr(cublas, "_LIBRARY", [])
+    with pytest.raises(cublas.CublasError, match=f"set GDN_TVM_CUBLAS to the file; tried {re.escape(str(bogus))}"):
+        cublas.library()
 
 
 def test_dlight_ops_leave_out_what_no_rule_schedules():

@@ -23,10 +23,10 @@ from gdn_tvm.signature import Arg
 
 NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so")
 WORKSPACE_BYTES = 32 << 20  # cuBLAS's workspace, set explicitly: graph capture must not allocate
-_OP_N, _OP_T = 0, 1  # cublasOperation_t
-_R_32F, _R_16BF = 0, 14  # cudaDataType
-_COMPUTE_32F = 68  # cublasComputeType_t
-_GEMM_DEFAULT = -1  # cublasGemmAlgo_t
+OP_N, OP_T = 0, 1  # cublasOperation_t
+R_32F, R_16BF = 0, 14  # cudaDataType
+COMPUTE_32F = 68  # cublasComputeType_t
+GEMM_DEFAULT = -1  # cublasGemmAlgo_t
 
 
 class CublasError(RuntimeError):
@@ -43,7 +43,13 @@ def _candidates() -> list[str]:
     return found
 
 
-def _load() -> ctypes.CDLL:
+_LIBRARY: list[ctypes.CDLL] = []  # the loaded library, once found
+
+
+def library() -> ctypes.CDLL:
+    """The cuBLAS library (loaded on first use); `CublasError` lists where it looked."""
+    if _LIBRARY:
+        return _LIBRARY[0]
     tried = []
     for path in _candidates():
         try:
@@ -52,6 +58,7 @@ def _load() -> ctypes.CDLL:
             tried.append(f"{path} ({err})")
             continue
         if hasattr(lib, "cublasGemmEx"):
+            _LIBRARY.append(lib)
             return lib
         tried.append(f"{path} (no cublasGemmEx)")
     raise CublasError(
@@ -64,12 +71,9 @@ class _Handle:
     """One cuBLAS handle of a device, with its workspace."""
 
     _by_device: dict[int, _Handle] = {}
-    _lib: ctypes.CDLL | None = None
 
     def __init__(self, device_id: int):
-        if _Handle._lib is None:
-            _Handle._lib = _load()
-        self.lib = _Handle._lib
+        self.lib = library()
         self.ffi_device = tvm_ffi.device(f"cuda:{device_id}")
         self.handle = ctypes.c_void_p()
         self.check("cublasCreate_v2", ctypes.byref(self.handle))
@@ -113,30 +117,30 @@ def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[.
         handle.check(
             "cublasGemmEx",
             handle.handle,
-            _OP_T,
-            _OP_N,
+            OP_T,
+            OP_N,
             N,
             2 * B,
             K,
             ctypes.byref(one),
             _ptr(w),
-            _R_16BF,
+            R_16BF,
             K,
             _ptr(xs),
-            _R_16BF,
+            R_16BF,
             K,
             ctypes.byref(zero),
             _ptr(parts),
-            _R_32F,
+            R_32F,
             N,
-            _COMPUTE_32F,
-            _GEMM_DEFAULT,
+            COMPUTE_32F,
+            GEMM_DEFAULT,
         )
         handle.check(
             "cublasSgeam",
             handle.handle,
-            _OP_N,
-            _OP_N,
+            OP_N,
+            OP_N,
             N,
             B,
             ctypes.byref(one),

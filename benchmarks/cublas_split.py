@@ -1,0 +1,110 @@
+"""cuBLAS over an activation split into two bf16 rows against one bf16 row, at qwen3.5 GEMM shapes (a GPU and
+PyTorch needed; no TVM): the measurement behind `plan.Fusions.library_gemm` (`runtime.cublas`).
+
+python -m benchmarks.cublas_split > cublas_split.jsonl
+Per preset, lanes B and projection: median microseconds of `cublasGemmEx` (bf16 weights, float32 accumulation and
+output; through ctypes, as the runtime calls it) on x rounded to bf16 ([B, K]) and on x split into high and low bf16
+rows ([2B, K], the halves summed after), and of PyTorch's bf16 `linear` (cuBLAS, bf16 out), each graph-replayed over
+enough weight copies that L2 does not hold them; the relative L-inf error of each against x @ w.T in float64.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import torch
+
+from gdn_tvm.config import preset
+from gdn_tvm.runtime import cublas
+
+CASES = [("qwen3.5-4b", b) for b in (8, 16, 32, 128, 256)] + [("qwen3.5-0.8b", b) for b in (8, 32, 128)]
+PROJECTIONS = ("in_proj_qkv", "in_proj_z", "out_proj", "q_proj", "k_proj", "gate_up_proj", "down_proj", "lm_head")
+ROTATE_BYTES = 256e6  # weight copies a timing cycles through: more than L2 holds
+PEAK = 4.3e12
+
+
+class _Gemm:
+    """`cublasGemmEx` through ctypes on torch's current stream, with a workspace of its own (graph capture)."""
+
+    def __init__(self):
+        self.lib = cublas.library()
+        self.handle = ctypes.c_void_p()
+        assert self.lib.cublasCreate_v2(ctypes.byref(self.handle)) == 0
+        self.workspace = torch.empty(cublas.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+
+    def bind(self) -> None:
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        assert self.lib.cublasSetStream_v2(self.handle, stream) == 0
+        ws, size = ctypes.c_void_p(self.workspace.data_ptr()), ctypes.c_size_t(self.workspace.numel())
+        assert self.lib.cublasSetWorkspace_v2(self.handle, ws, size) == 0
+
+    def __call__(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+        """y [rows, N] float32 = x [rows, K] bf16 @ w [N, K] bf16 .T"""
+        (n, k), rows = w.shape, x.shape[0]
+        one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        args = (self.handle, cublas.OP_T, cublas.OP_N, n, rows, k, ctypes.byref(one))
+        args += (ctypes.c_void_p(w.data_ptr()), cublas.R_16BF, k, ctypes.c_void_p(x.data_ptr()), cublas.R_16BF, k)
+        args += (ctypes.byref(zero), ctypes.c_void_p(y.data_ptr()), cublas.R_32F, n, cublas.COMPUTE_32F)
+        assert self.lib.cublasGemmEx(*args, cublas.GEMM_DEFAULT) == 0
+
+
+def replayed_us(gemm: _Gemm, run, copies: int) -> float:
+    """Median microseconds of `run()` (over `copies` weights) replayed in a torch CUDA graph, per weight."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gemm.bind()
+        run()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            gemm.bind()
+            run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / copies)
+    return sorted(times)[len(times) // 2]
+
+
+def measure(gemm: _Gemm, name: str, batch: int, proj: str) -> dict:
+    n, k = preset(name).projections[proj]
+    copies = max(1, min(8, int(ROTATE_BYTES // (n * k * 2))))
+    ws = [(torch.randn(n, k, device="cuda") * k**-0.5).bfloat16() for _ in range(copies)]
+    x = torch.randn(batch, k, device="cuda")
+    exact = x.double() @ ws[0].double().T
+    hi = x.bfloat16()
+    split = torch.cat([hi, (x - hi.float()).bfloat16()])
+    one_row = torch.full((batch, n), float("nan"), device="cuda")
+    two_rows = torch.full((2 * batch, n), float("nan"), device="cuda")
+    gemm.bind()
+    gemm(ws[0], hi, one_row)
+    gemm(ws[0], split, two_rows)
+    torch.cuda.synchronize()
+    scale = exact.abs().max().item()
+    row = {"preset": name, "B": batch, "op": proj, "N": n, "K": k, "floor_us": round(n * k * 2 / PEAK * 1e6, 2)}
+    row["bf16x_us"] = round(replayed_us(gemm, lambda: [gemm(w, hi, one_row) for w in ws], copies), 2)
+    row["hilo_us"] = round(replayed_us(gemm, lambda: [gemm(w, split, two_rows) for w in ws], copies), 2)
+    torch_run = lambda: [torch.nn.functional.linear(hi, w) for w in ws]  # noqa: E731
+    row["torch_bf16_us"] = round(replayed_us(gemm, torch_run, copies), 2)
+    for key, y in (("bf16x", one_row), ("hilo", two_rows[:batch] + two_rows[batch:])):
+        row[f"err_{key}"] = ((y.double() - exact).abs().max() / scale).item()
+    row["err_torch"] = ((torch.nn.functional.linear(hi, ws[0]).double() - exact).abs().max() / scale).item()
+    return row
+
+
+def main() -> None:
+    gemm = _Gemm()
+    for name, batch in CASES:
+        for proj in PROJECTIONS:
+            print(json.dumps(measure(gemm, name, batch, proj)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
