@@ -11,14 +11,14 @@ import sys
 import numpy as np
 import pytest
 import tvm
-from conftest import F32, assert_close, check_op_against_reference, reads_dtype
+from conftest import F32, assert_close, check_kernel_against_reference, check_op_against_reference, reads_dtype
 from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lanes
 
 from gdn_tvm.codegen.compile import build_kernels, compile_op
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.export.artifact import build
+from gdn_tvm.plan import LIBRARY_GEMM_LANES, step_ops
 from gdn_tvm.plan import model as model_plan
-from gdn_tvm.plan import step_ops
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.model import Model, Request
 from gdn_tvm.runtime.module import load
@@ -202,19 +202,28 @@ def test_bf16_op_benchmark_row(name, rng):
     assert row["tvm_us"] > 0 and row["torch_us"] > 0 and "bf16" in row["key"], row
 
 
+@pytest.mark.parametrize("name", [name for name, op in OPS.items() if op.library])
+def test_library_gemm_on_gpu(name, tmp_path, rng):
+    """Each library GEMM of a CUDA build (cuBLAS through `runtime.cublas`, loaded from the build's manifest) at
+    qwen3.5-4b B=32 against its reference: the product of x's two bf16 rows, within the op tolerance."""
+    cfg = DecodeConfig(preset("qwen3.5-4b"), batch=32, max_len=1024)
+    build(cfg, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=["split_bf16_hidden", name], echo=print)
+    check_kernel_against_reference(OPS[name], cfg, load(tmp_path, cfg, "cuda")[name], rng)
+
+
 MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, split_len=32, **F32).replace(
     n_layers=4, vocab_size=4099
 )  # three GDN layers and an attention one at 0.8b sizes, every model op at its CUDA schedule
 
 
-@pytest.mark.parametrize("batch", [3, 1])
+@pytest.mark.parametrize("batch", [3, 1, LIBRARY_GEMM_LANES])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
     """Three requests (greedy and sampled, different prompt lengths and budgets, on slots 4, 0, 2; B = 1: the first,
-    on slot 4, through the plan with `fusions.block_stages`) decoded by the CUDA model eagerly and replayed, and by the
-    llvm model (checked against transformers in CI): replay bit-identical to eager, the same tokens as llvm, logits
-    within the op tolerance of llvm's at every step."""
-    cfg = MODEL_GPU.replace(weight_dtype=dtype, kv_dtype=dtype, batch=batch)
+    on slot 4, through the plan with `fusions.block_stages`; B = 16 at bf16: the projections as cuBLAS GEMMs) decoded
+    by the CUDA model eagerly and replayed, and by the llvm model (checked against transformers in CI): replay
+    bit-identical to eager, the same tokens as llvm, logits within the op tolerance of llvm's at every step."""
+    cfg = MODEL_GPU.replace(weight_dtype=dtype, kv_dtype=dtype, batch=batch, slots=max(batch, MODEL_GPU.slots))
     weights = random_model_weights(cfg.model, rng)
     ops = model_plan(cfg).ops
     gpu_kernels = build_kernels(cfg, cuda(), ops)

@@ -76,9 +76,10 @@ def tuned_logs(tmp_path_factory) -> Path:
 def test_tune_command_tunes_every_op_and_prunes_to_the_best_record(tuned_logs):
     """A line per workload as it finishes and the final table; every workload's log pruned to one record no slower
     than the hand schedule."""
-    groups = workloads(CFG, "llvm", list(OPS))
+    names = [name for name, op in OPS.items() if op.applies(CFG)]  # `--ops all`: the library GEMMs need bf16 weights
+    groups = workloads(CFG, "llvm", names)
     printed = (tuned_logs / "tune.out").read_text().splitlines()
-    assert printed[0].startswith(f"tuning {len(groups)} workloads ({len(OPS)} ops) of {naming.build(CFG, 'llvm')}")
+    assert printed[0].startswith(f"tuning {len(groups)} workloads ({len(names)} ops) of {naming.build(CFG, 'llvm')}")
     for w, _ in groups:
         assert any(line.startswith(f"{w.key} [") for line in printed), f"no progress line for {w.key}"
         folder = tuned_logs / w.key

@@ -54,7 +54,8 @@ class Scheduled:
 def schedule_ops(
     cfg: DecodeConfig, kind: str, logs: str | Path, names: Sequence[str], allow_hand: bool
 ) -> list[Scheduled]:
-    """Every op of `names` scheduled from its tuning record (hand schedule only with `allow_hand`).
+    """Every op of `names` scheduled from its tuning record (hand schedule only with `allow_hand`); library calls on
+    `kind` (`Op.compiled`) are left out.
 
     Raises `MissingRecordError` naming every workload without a record when not `allow_hand`.
     """
@@ -69,7 +70,7 @@ def schedule_ops(
             f"{len(missing)} workload(s) without a tuning record (tune them, or pass --allow-hand to build "
             "their hand schedules):\n  " + "\n  ".join(missing)
         )
-    return [by_name[name] for name in names]
+    return [by_name[name] for name in names if get(name).compiled(kind)]
 
 
 def dlight_ops(cfg: DecodeConfig, target: tvm.target.Target, names: Sequence[str]) -> list[Scheduled]:
