@@ -155,11 +155,15 @@ def test_lm_head_grid_covers_the_vocabulary(batch, grid, warps):
 
 @pytest.mark.parametrize("model", PRESETS)
 def test_mlp_gemvs_apply_where_the_mlp_is_dense(model):
-    """`Op.applies`: every op but the dense MLP's GEMVs (each variant) on the mixture-of-experts presets."""
-    cfg = DecodeConfig(preset(model), **F32)
+    """`Op.applies`: every op but the dense MLP's (each GEMV variant, its library GEMMs, their split and SwiGLU) on
+    the mixture-of-experts presets; the library GEMMs only with bf16 weights."""
+    cfg = DecodeConfig(preset(model))
     missing = {name for name, op in OPS.items() if not op.applies(cfg)}
-    mlp = {SWIGLU, "gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj", "gemv_down_proj_residual"}
+    mlp = {SWIGLU, "gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj", "gemv_down_proj_residual", "swiglu"}
+    mlp |= {"gemm_gate_up_proj", "gemm_down_proj", "split_bf16_intermediate"}
     assert missing == (set() if cfg.model.intermediate_size else mlp)
+    f32 = {name for name, op in OPS.items() if not op.applies(cfg.replace(**F32))}
+    assert f32 == missing | {name for name in OPS if name.startswith("gemm_")}
 
 
 @pytest.mark.gpu

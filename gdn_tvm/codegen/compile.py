@@ -112,7 +112,14 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
 
 
 def compile_op(op: Op, cfg: DecodeConfig, target: tvm.target.Target, **knobs) -> Kernel:
-    """Build `op` for `cfg` with its hand schedule for `target` and wrap it as a checked `Kernel`."""
+    """Build `op` for `cfg` with its hand schedule for `target` and wrap it as a checked `Kernel`; a library call
+    on `target` (`Op.compiled`) is the library's function instead (cuBLAS: `runtime.cublas`)."""
+    if not op.compiled(target.kind.name):
+        from gdn_tvm.runtime import cublas
+
+        dev = device_of(target)
+        device = (dev.dlpack_device_type(), dev.index)
+        return Kernel(op.name, cublas.gemm_kernel(op.signature(cfg), device), op.signature(cfg), device)
     return compile_func(op, cfg, op.schedule(cfg, target.kind.name, **knobs).mod["main"], target)
 
 
@@ -162,9 +169,11 @@ def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kern
 
 
 def build_kernels(cfg: DecodeConfig, target: tvm.target.Target, names: list[str]) -> dict[str, Kernel]:
-    """Hand-scheduled kernels for `names`, compiled once per distinct workload key."""
+    """Hand-scheduled kernels for `names`, compiled once per distinct workload key (library calls on `target`: the
+    library's functions)."""
     kernels = {}
     for group in workload_groups(cfg, target.kind.name, names).values():
         built = compile_op(get(group[0]), cfg, target)
         kernels.update({name: Kernel(name, built.func, get(name).signature(cfg), built.device) for name in group})
+    kernels |= {name: compile_op(get(name), cfg, target) for name in names if name not in kernels}
     return {name: kernels[name] for name in names}
