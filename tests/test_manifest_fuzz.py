@@ -148,9 +148,10 @@ def changed(a: object, b: object, path: tuple = ()):
 
 
 def read_by_load(path: tuple) -> bool:
-    """Whether `load` reads the manifest field at `path` (the whole manifest, a `READ` field, a function's args)."""
+    """Whether `load` reads the manifest field at `path` (the whole manifest, a `READ` field, a function's args and
+    library)."""
     if path[:1] == ("functions",) and len(path) >= 3:
-        return path[2] == "args"
+        return path[2] in ("args", "library")
     return not path or path[0] in READ
 
 
@@ -185,7 +186,7 @@ def expect_error(got: dict | ManifestError, *names: str) -> None:
 MALFORMED = [
     ((), [], "manifest: expected a JSON object"),
     ((), None, "manifest: expected a JSON object"),
-    (("format",), 3, "format: expected 4"),
+    (("format",), 4, "format: expected 5"),
     (("library",), DELETE, "library: expected a file name in the build folder, got nothing"),
     (("library",), 7, "library: expected a file name"),
     (("library",), "../x.so", "library: expected a file name"),
@@ -198,6 +199,7 @@ MALFORMED = [
     (("functions",), [], "functions: expected a non-empty object"),
     (("functions", "sigmoid_gate"), None, "functions.sigmoid_gate: expected an object"),
     (("functions", "sigmoid_gate", "args"), DELETE, "functions.sigmoid_gate.args: expected a list"),
+    (("functions", "sigmoid_gate", "library"), "cutlass", "functions.sigmoid_gate.library: expected absent or one of"),
     (ARG0, "x", "functions.sigmoid_gate.args[0]: expected an object"),
     ((*ARG0, "name"), DELETE, "args[0].name: expected a non-empty string, got nothing"),
     ((*ARG0, "name"), "gate", "functions.sigmoid_gate.args: expected distinct names"),

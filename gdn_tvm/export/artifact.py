@@ -4,7 +4,8 @@ library, and write `manifest.json` beside it (`<out>/<naming.build(cfg, target)>
 A workload without a record is an error naming it, unless `allow_hand`: then its hand schedule is built, and
 the manifest and the summary count it. Ops sharing a workload (same shapes) share its schedule. `dlight=True`
 builds TVM's dlight default schedules instead (the benchmarks' untuned baseline), leaving out the ops no dlight
-rule fits.
+rule fits. An op that is a library call on the target (`Op.library`: the batched steps' cuBLAS GEMMs on CUDA) is not
+compiled: the manifest lists it with its signature and library, and `load` makes its function from that library.
 
 A build is written into a temporary folder beside its destination (`.<name>.partial-<random>`, same parent) and
 renamed into place at the end, replacing an earlier build of that name only then: an interrupted build leaves no
