@@ -14,6 +14,7 @@ import ctypes
 import glob
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 import tvm
@@ -68,7 +69,8 @@ def library() -> ctypes.CDLL:
 
 
 class _Handle:
-    """One cuBLAS handle of a device, with its workspace."""
+    """One cuBLAS handle of a device, with its workspace; `lock` held from setting the stream to the last call, since
+    threads may share the handle (two models on one device)."""
 
     _by_device: dict[int, _Handle] = {}
 
@@ -78,6 +80,7 @@ class _Handle:
         self.handle = ctypes.c_void_p()
         self.check("cublasCreate_v2", ctypes.byref(self.handle))
         self.workspace = tvm.runtime.empty((WORKSPACE_BYTES,), "uint8", tvm.cuda(device_id))
+        self.lock = threading.Lock()
 
     @classmethod
     def of(cls, device_id: int) -> _Handle:
@@ -103,7 +106,8 @@ def _ptr(tensor) -> ctypes.c_void_p:
 
 def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[..., None]:
     """The function `(w, xs, y)` of a library GEMM with `signature` (w: [N, K] bf16, xs: [2, B, K] bf16, y: [B, N]
-    float32) on CUDA device `device` (DLPack type, index)."""
+    float32) on CUDA device `device` (DLPack type, index). Its `[2, B, N]` scratch is its own, like a kernel's
+    registers would be, but it is memory: models stepping at once on different streams need functions of their own."""
     shapes = {a.name: a.shape for a in signature}
     (N, K), (_, B, _) = shapes["w"], shapes["xs"]
     handle = _Handle.of(device[1])
@@ -112,6 +116,10 @@ def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[.
     lo_half = ctypes.c_void_p(int(parts.data_ptr()) + B * N * 4)
 
     def gemm(w, xs, y) -> None:
+        with handle.lock:
+            _calls(w, xs, y)
+
+    def _calls(w, xs, y) -> None:
         handle.on_current_stream()
         # column-major: parts^T [N, 2B] = w [K, N]^T . xs^T [K, 2B]
         handle.check(
