@@ -151,6 +151,10 @@ class ModelConfig:
         named["lm_head"] = (self.vocab_size, self.hidden)
         return named
 
+    def split_cols(self, width: str) -> int:
+        """K of activation width `width` (`SPLIT_WIDTHS`): the input width of the projection naming it."""
+        return self.projections[SPLIT_WIDTHS[width]][1]
+
     def stop_ids_problem(self, ids: list[int]) -> str | None:
         """Why `ids` cannot be this model's stop-token list (more than `STOP_IDS` of them, or one outside the
         vocabulary), or None."""

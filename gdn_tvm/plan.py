@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gdn_tvm.config import SPLIT_WIDTHS, STACKED, STOP_IDS, DecodeConfig, ModelConfig, split_width
+from gdn_tvm.config import STACKED, STOP_IDS, DecodeConfig, ModelConfig, split_width
 
 ROLES = ("input", "weight", "state", "act", "view")
 FLOAT32_WEIGHTS = frozenset({"A", "dt_bias"})  # the gates' per-head parameters: float32 whatever the weight dtype
@@ -239,7 +239,7 @@ class _Builder:
 
     def split(self, x: str, width: str) -> str:
         """x `[B, K]` split into two bf16 rows (`split_bf16_<width>`) in the plan's buffer of that width."""
-        B, K = self.cfg.batch, self.cfg.model.projections[SPLIT_WIDTHS[width]][1]
+        B, K = self.cfg.batch, self.cfg.model.split_cols(width)
         name = f"split_{width}"
         if name not in self.buffers:
             self.add(name, (2, B, K), "act", "bfloat16")

@@ -102,7 +102,7 @@ def _gemv_sizes(
 
 
 def _split_sizes(cfg: DecodeConfig, width: str) -> dict[str, object]:
-    return {"batch": cfg.batch, "cols": cfg.model.projections[SPLIT_WIDTHS[width]][1]}
+    return {"batch": cfg.batch, "cols": cfg.model.split_cols(width)}
 
 
 def _gemm_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:

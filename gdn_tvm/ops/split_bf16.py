@@ -10,18 +10,13 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from gdn_tvm.config import SPLIT_WIDTHS, DecodeConfig
+from gdn_tvm.config import DecodeConfig
 from gdn_tvm.signature import Arg
-
-
-def width_of(cfg: DecodeConfig, width: str) -> int:
-    """K of activation width `width` (`config.SPLIT_WIDTHS`)."""
-    return cfg.model.projections[SPLIT_WIDTHS[width]][1]
 
 
 def signature(cfg: DecodeConfig, width: str) -> list[Arg]:
     """x: [B, K] float32 -> xs: [2, B, K] bfloat16 (high, low)."""
-    B, K = cfg.batch, width_of(cfg, width)
+    B, K = cfg.batch, cfg.model.split_cols(width)
     return [Arg("x", (B, K)), Arg("xs", (2, B, K), "bfloat16", role="out")]
 
 
@@ -34,7 +29,7 @@ def bf16_nearest(v):
 
 
 def make_split_bf16(cfg: DecodeConfig, width: str):
-    B, K = cfg.batch, width_of(cfg, width)
+    B, K = cfg.batch, cfg.model.split_cols(width)
 
     @T.prim_func(s_tir=True)
     def split_bf16(x: T.Buffer((B, K), "float32"), xs: T.Buffer((2, B, K), "bfloat16")):
