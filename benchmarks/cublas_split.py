@@ -34,19 +34,13 @@ class _Gemm:
         self.workspace = torch.empty(cublas.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
 
     def bind(self) -> None:
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        assert self.lib.cublasSetStream_v2(self.handle, stream) == 0
-        ws, size = ctypes.c_void_p(self.workspace.data_ptr()), ctypes.c_size_t(self.workspace.numel())
-        assert self.lib.cublasSetWorkspace_v2(self.handle, ws, size) == 0
+        stream = torch.cuda.current_stream().cuda_stream
+        cublas.use_stream(self.lib, self.handle, stream, self.workspace.data_ptr())
 
     def __call__(self, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
         """y [rows, N] float32 = x [rows, K] bf16 @ w [N, K] bf16 .T"""
         (n, k), rows = w.shape, x.shape[0]
-        one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
-        args = (self.handle, cublas.OP_T, cublas.OP_N, n, rows, k, ctypes.byref(one))
-        args += (ctypes.c_void_p(w.data_ptr()), cublas.R_16BF, k, ctypes.c_void_p(x.data_ptr()), cublas.R_16BF, k)
-        args += (ctypes.byref(zero), ctypes.c_void_p(y.data_ptr()), cublas.R_32F, n, cublas.COMPUTE_32F)
-        assert self.lib.cublasGemmEx(*args, cublas.GEMM_DEFAULT) == 0
+        cublas.gemm_ex(self.lib, self.handle, w.data_ptr(), x.data_ptr(), y.data_ptr(), n, rows, k)
 
 
 def replayed_us(gemm: _Gemm, run, copies: int) -> float:

@@ -78,7 +78,7 @@ class _Handle:
         self.lib = library()
         self.ffi_device = tvm_ffi.device(f"cuda:{device_id}")
         self.handle = ctypes.c_void_p()
-        self.check("cublasCreate_v2", ctypes.byref(self.handle))
+        _check("cublasCreate_v2", self.lib.cublasCreate_v2(ctypes.byref(self.handle)))
         self.workspace = tvm.runtime.empty((WORKSPACE_BYTES,), "uint8", tvm.cuda(device_id))
         self.lock = threading.Lock()
 
@@ -88,16 +88,35 @@ class _Handle:
             cls._by_device[device_id] = cls(device_id)
         return cls._by_device[device_id]
 
-    def check(self, name: str, *args) -> None:
-        status = getattr(self.lib, name)(*args)
-        if status != 0:
-            raise CublasError(f"{name} failed with cublasStatus_t {status}")
-
     def on_current_stream(self) -> None:
-        """Issue the next calls on the stream TVM launches on now (a capturing one inside a CUDA graph capture), with
-        the handle's own workspace (setting a stream resets cuBLAS to its default workspace pool)."""
-        self.check("cublasSetStream_v2", self.handle, ctypes.c_void_p(tvm_ffi.get_raw_stream(self.ffi_device)))
-        self.check("cublasSetWorkspace_v2", self.handle, _ptr(self.workspace), ctypes.c_size_t(WORKSPACE_BYTES))
+        """Issue the next calls on the stream TVM launches on now (a capturing one inside a CUDA graph capture)."""
+        use_stream(self.lib, self.handle, tvm_ffi.get_raw_stream(self.ffi_device), int(self.workspace.data_ptr()))
+
+
+def _check(name: str, status: int) -> None:
+    if status != 0:
+        raise CublasError(f"{name} failed with cublasStatus_t {status}")
+
+
+def use_stream(lib: ctypes.CDLL, handle: ctypes.c_void_p, stream: int, workspace: int) -> None:
+    """Set `handle`'s stream and then its `WORKSPACE_BYTES` workspace at device address `workspace` (setting a stream
+    resets cuBLAS to its own workspace pool, which a graph capture must not allocate from)."""
+    _check("cublasSetStream_v2", lib.cublasSetStream_v2(handle, ctypes.c_void_p(stream)))
+    size = ctypes.c_size_t(WORKSPACE_BYTES)
+    _check("cublasSetWorkspace_v2", lib.cublasSetWorkspace_v2(handle, ctypes.c_void_p(workspace), size))
+
+
+def gemm_ex(lib: ctypes.CDLL, handle: ctypes.c_void_p, w: int, x: int, y: int, n: int, rows: int, k: int) -> None:
+    """`y [rows, n]` float32 = `x [rows, k]` bf16 @ `w [n, k]` bf16 .T, row-major at device addresses w, x, y, by
+    `cublasGemmEx` (float32 accumulation)."""
+    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+    # column-major: y^T [n, rows] = w [k, n]^T . x^T [k, rows]
+    a, b, c = (ctypes.c_void_p(p) for p in (w, x, y))
+    status = lib.cublasGemmEx(
+        handle, OP_T, OP_N, n, rows, k, ctypes.byref(one), a, R_16BF, k, b, R_16BF, k, ctypes.byref(zero), c, R_32F, n,
+        COMPUTE_32F, GEMM_DEFAULT,
+    )  # fmt: skip
+    _check("cublasGemmEx", status)
 
 
 def _ptr(tensor) -> ctypes.c_void_p:
@@ -112,53 +131,16 @@ def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[.
     (N, K), (_, B, _) = shapes["w"], shapes["xs"]
     handle = _Handle.of(device[1])
     parts = tvm.runtime.empty((2, B, N), "float32", tvm.cuda(device[1]))
-    one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+    one = ctypes.c_float(1.0)
     lo_half = ctypes.c_void_p(int(parts.data_ptr()) + B * N * 4)
 
     def gemm(w, xs, y) -> None:
         with handle.lock:
-            _calls(w, xs, y)
-
-    def _calls(w, xs, y) -> None:
-        handle.on_current_stream()
-        # column-major: parts^T [N, 2B] = w [K, N]^T . xs^T [K, 2B]
-        handle.check(
-            "cublasGemmEx",
-            handle.handle,
-            OP_T,
-            OP_N,
-            N,
-            2 * B,
-            K,
-            ctypes.byref(one),
-            _ptr(w),
-            R_16BF,
-            K,
-            _ptr(xs),
-            R_16BF,
-            K,
-            ctypes.byref(zero),
-            _ptr(parts),
-            R_32F,
-            N,
-            COMPUTE_32F,
-            GEMM_DEFAULT,
-        )
-        handle.check(
-            "cublasSgeam",
-            handle.handle,
-            OP_N,
-            OP_N,
-            N,
-            B,
-            ctypes.byref(one),
-            _ptr(parts),
-            N,
-            ctypes.byref(one),
-            lo_half,
-            N,
-            _ptr(y),
-            N,
-        )
+            handle.on_current_stream()
+            gemm_ex(
+                handle.lib, handle.handle, int(w.data_ptr()), int(xs.data_ptr()), int(parts.data_ptr()), N, 2 * B, K
+            )
+            args = (handle.handle, OP_N, OP_N, N, B, ctypes.byref(one), _ptr(parts), N, ctypes.byref(one), lo_half, N)
+            _check("cublasSgeam", handle.lib.cublasSgeam(*args, _ptr(y), N))
 
     return gemm
