@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gdn_tvm import plan
 from gdn_tvm.config import DecodeConfig, preset
 
 OP_PRESET = "qwen3.5-4b"
@@ -29,6 +30,14 @@ def step_config(model: str, batch: int, **dtypes: str) -> DecodeConfig:
 MODEL_CASES = [f"qwen3.5-0.8b:{b}" for b in (1, 8, 32, 128)] + [f"qwen3.5-4b:{b}" for b in (1, 8, 32, 128)]
 MODEL_CASES += ["qwen3.5-9b:1"]
 MODEL_MAX_LEN = 4096
+
+
+def set_library_lanes(lanes: int | None) -> None:
+    """Move the lanes from which the projections are library GEMMs (`plan.LIBRARY_GEMM_LANES`), for a crossover sweep;
+    None keeps the default. The plan is derived from it both where a model is built and where it is loaded: pass the
+    same value to `benchmarks.prebuild --model` and to `benchmarks.model`."""
+    if lanes is not None:
+        plan.LIBRARY_GEMM_LANES = lanes
 
 
 def model_config(model: str, batch: int, max_len: int = MODEL_MAX_LEN) -> DecodeConfig:

@@ -4,7 +4,7 @@ ours first) in the same run; what a caller of `generate` sees per token against 
 memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU;
 greedy decoding (`Model(sampling=False)`: `argmax` picks the tokens).
 
-python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--out FILE]
+python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--library-lanes N] [--out FILE]
 With `--library` (`benchmarks.prebuild --model`) it needs only the TVM runtime: nothing here imports the compiler.
 Each timed step has every lane at position `POSITION` of `MODEL_MAX_LEN` (the prompt's tokens fed, so no lane finishes).
 """
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 import tvm
 
-from benchmarks.configs import MODEL_CASES, MODEL_MAX_LEN, model_config
+from benchmarks.configs import MODEL_CASES, MODEL_MAX_LEN, model_config, set_library_lanes
 from benchmarks.record import Results
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.plan import Plan
+from gdn_tvm.plan import Plan, fusions
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.model import Model, Request
@@ -221,6 +221,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
     row = {
         "case": f"{name}:{batch}",
         "launches": len(plan.launches),
+        "library_gemm": fusions(cfg).library_gemm,
         "ms_per_token": round(us / 1e3, 4),
         "tokens_per_s": round(batch / us * 1e6, 1),
         "floor_bytes": floor,
@@ -255,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="PRESET:BATCH")
     p.add_argument("--library", help="build root holding the model's CUDA builds (default: compile here)")
     p.add_argument("--memory", default="qwen3.5-0.8b", help="preset of the long-run memory check ('' skips it)")
+    p.add_argument("--library-lanes", type=int, help="library GEMMs from N lanes (as the builds were made with)")
     p.add_argument("--out", default="benchmarks/results/h200_model.json")
     args = p.parse_args(argv)
+    set_library_lanes(args.library_lanes)
 
     def kernels_for(cfg: DecodeConfig):
         if args.library:

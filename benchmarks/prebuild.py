@@ -2,7 +2,7 @@
 pinned NVRTC compiles through a stub driver: no GPU needed).
 
 python -m benchmarks.prebuild [--out build/bench] [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
-    [--model [--cases PRESET:BATCH ...]]
+    [--model [--cases PRESET:BATCH ...] [--library-lanes N]]
 One module per benchmark config under `<out>/hand/` (hand schedules only), under `<out>/tuned/` for the
 configs with records in the tuning logs (the manifest names the workloads without one, built with the hand
 schedule; none for a config without any log), and under `<out>/dlight/` the op
@@ -29,6 +29,7 @@ from benchmarks.configs import (
     STEP_PRESETS,
     model_config,
     op_config,
+    set_library_lanes,
     step_config,
 )
 from gdn_tvm import naming
@@ -47,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work-dir", default="tuning_logs", help="tuning logs (tuned records are used where present)")
     p.add_argument("--model", action="store_true", help="only the whole-model benchmark's builds, under OUT/model")
     p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="with --model: these PRESET:BATCH cases")
+    p.add_argument("--library-lanes", type=int, help="with --model: library GEMMs from N lanes (a crossover sweep)")
     add_dtype_arguments(p)
     args = p.parse_args(argv)
     if args.model:
+        set_library_lanes(args.library_lanes)
         for case in args.cases:
             name, batch = case.split(":")
             cfg = model_config(name, int(batch))
