@@ -4,7 +4,8 @@ ours first) in the same run; what a caller of `generate` sees per token against 
 memory over a long generation. bf16 weights and KV cache, float32 recurrent states; random weights made on the GPU;
 greedy decoding (`Model(sampling=False)`: `argmax` picks the tokens).
 
-python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--library-lanes N] [--out FILE]
+python -m benchmarks.model [--cases qwen3.5-0.8b:1 qwen3.5-4b:32 ...] [--library ROOT] [--library-lanes N]
+    [--breakdown B ...] [--out FILE]
 With `--library` (`benchmarks.prebuild --model`) it needs only the TVM runtime: nothing here imports the compiler.
 Each timed step has every lane at position `POSITION` of `MODEL_MAX_LEN` (the prompt's tokens fed, so no lane finishes).
 """
@@ -41,7 +42,7 @@ CHECK_STEPS = 4  # steps from zero states on which the baseline's logits are che
 BASELINE_TOL = 5e-2
 GENERATED = 512  # tokens a `generate` run decodes per lane
 LONG_RUN = 10_000  # tokens of the memory check (B = 1)
-BREAKDOWN_BATCHES = (1, 128)  # batches whose rows also time each op of the step alone
+BREAKDOWN_BATCHES = (1, 128)  # batches whose rows also time each op of the step alone (default of --breakdown)
 
 
 def gpu_weights(plan: Plan, seed: int) -> dict[str, torch.Tensor]:
@@ -205,7 +206,7 @@ def bench_baseline(model: Model, weights: dict, rng: np.random.Generator) -> dic
         torch.cuda.empty_cache()
 
 
-def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> dict:
+def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator, by_op: bool) -> dict:
     cfg = model_config(name, batch)
     plan = model_plan(cfg, sampling=False)
     weights = gpu_weights(plan, batch)
@@ -214,7 +215,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator) -> 
     versus = bench_baseline(model, weights, rng)
     start_lanes(model, rng, POSITION)
     us = step_us(model)
-    per_op = breakdown(model) if batch in BREAKDOWN_BATCHES else {}
+    per_op = breakdown(model) if by_op else {}
     model.reset_lanes()
     floor = floor_bytes(cfg, plan, POSITION)
     floor_us = floor["total"] / (GPU.peak_gbps * 1e3)
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="PRESET:BATCH")
     p.add_argument("--library", help="build root holding the model's CUDA builds (default: compile here)")
     p.add_argument("--memory", default="qwen3.5-0.8b", help="preset of the long-run memory check ('' skips it)")
+    p.add_argument("--breakdown", nargs="*", type=int, default=BREAKDOWN_BATCHES, help="batches timed op by op")
     p.add_argument("--library-lanes", type=int, help="library GEMMs from N lanes (as the builds were made with)")
     p.add_argument("--out", default="benchmarks/results/h200_model.json")
     args = p.parse_args(argv)
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in args.cases:
         name, batch = case.split(":")
         try:
-            row = bench_case(name, int(batch), kernels_for, rng)
+            row = bench_case(name, int(batch), kernels_for, rng, int(batch) in args.breakdown)
             row["compiler"] = compiler(args.library, model_config(name, int(batch)))
         except Exception as err:  # a failed case is recorded; the run goes on
             row = {"case": case, "error": f"{type(err).__name__}: {err}"}
