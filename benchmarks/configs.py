@@ -33,11 +33,12 @@ MODEL_MAX_LEN = 4096
 
 
 def set_library_lanes(lanes: int | None) -> None:
-    """Move the lanes from which the projections are library GEMMs (`plan.LIBRARY_GEMM_LANES`), for a crossover sweep;
-    None keeps the default. The plan is derived from it both where a model is built and where it is loaded: pass the
-    same value to `benchmarks.prebuild --model` and to `benchmarks.model`."""
+    """Every projection a library GEMM from `lanes` lanes and none below (`plan.LIBRARY_GEMM_LANES` and
+    `LIBRARY_GEMM_MIN_LANES`), for a crossover sweep; None keeps the default rule. The plan is derived from them both
+    where a model is built and where it is loaded: pass the same value to `benchmarks.prebuild --model` and to
+    `benchmarks.model`."""
     if lanes is not None:
-        plan.LIBRARY_GEMM_LANES = lanes
+        plan.LIBRARY_GEMM_LANES = plan.LIBRARY_GEMM_MIN_LANES = lanes
 
 
 def model_config(model: str, batch: int, max_len: int = MODEL_MAX_LEN) -> DecodeConfig:

@@ -222,7 +222,7 @@ def bench_case(name: str, batch: int, kernels_for, rng: np.random.Generator, by_
     row = {
         "case": f"{name}:{batch}",
         "launches": len(plan.launches),
-        "library_gemm": fusions(cfg).library_gemm,
+        "library_gemm": sorted(fusions(cfg).library_gemm),
         "ms_per_token": round(us / 1e3, 4),
         "tokens_per_s": round(batch / us * 1e6, 1),
         "floor_bytes": floor,

@@ -14,12 +14,16 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gdn_tvm.config import STACKED, STOP_IDS, DecodeConfig, ModelConfig, split_width
+from gdn_tvm.config import LIBRARY_GEMMS, STACKED, STOP_IDS, DecodeConfig, ModelConfig, split_width
 
 ROLES = ("input", "weight", "state", "act", "view")
 FLOAT32_WEIGHTS = frozenset({"A", "dt_bias"})  # the gates' per-head parameters: float32 whatever the weight dtype
 VIEW_ALIGN = 64  # bytes: where a row view of a stacked projection may start (the kernels' vector loads)
-LIBRARY_GEMM_LANES = 16  # lanes from which the projections are library GEMMs (`Fusions.library_gemm`)
+# Library GEMMs (`Fusions.library_gemm`): every projection from LIBRARY_GEMM_LANES lanes; from LIBRARY_GEMM_MIN_LANES
+# those whose weight holds at least LIBRARY_GEMM_MIN_WEIGHT elements, where cuBLAS fills the GPU with output tiles.
+LIBRARY_GEMM_LANES = 16
+LIBRARY_GEMM_MIN_LANES = 4
+LIBRARY_GEMM_MIN_WEIGHT = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -83,18 +87,20 @@ class Fusions:
       stacked mixer input, gate|up) and its residual adds as the epilogues of those writing a sublayer's output
       (out_proj, o_proj, down_proj): no norm launch inside the model's layers. At B = 1 where both mixers' inputs
       are stacked; from two lanes each CTA would recompute the norms of every lane of its B tile.
-    library_gemm: every projection but the stacked ones as a library GEMM (`gemm_<proj>`: cuBLAS on CUDA) over its
-      input split into two bf16 rows (`split_bf16_<width>`, once per input), gate|up's SwiGLU a kernel of its own:
-      from `LIBRARY_GEMM_LANES` lanes with bf16 weights. On the H200 (`h200_cublas_split.jsonl`) cuBLAS over the
+    library_gemm: the projections (of `LIBRARY_GEMMS`) run as a library GEMM (`gemm_<proj>`: cuBLAS on CUDA) over
+      their input split into two bf16 rows (`split_bf16_<width>`, once per input), gate|up's SwiGLU then a kernel
+      of its own; with bf16 weights, every projection from `LIBRARY_GEMM_LANES` lanes, from `LIBRARY_GEMM_MIN_LANES`
+      those of at least `LIBRARY_GEMM_MIN_WEIGHT` weights. On the H200 (`h200_cublas_split.jsonl`) cuBLAS over the
       split rows takes 4b B=32 qkv 14.9 us and B=128 gate|up 39.1 where the tuned tensor-core GEMVs took 37.4 and
-      ~360; at B=8 the split costs nothing against one bf16 row (13.5 against 13.3 us) but the GEMVs are not
-      measured against it there."""
+      ~360. Below 16 lanes (`h200_model_library_lanes.json`) small weights fill too few cuBLAS tiles: at 0.8b B=8
+      in_proj_z, out_proj and b/a run faster as GEMVs, the LM head, gate|up and qkv as GEMMs; at B=2 the GEMVs win
+      (4b 4.24 against 4.59 ms a token with every projection a GEMM)."""
 
     stacked: frozenset[str]
     gdn_stages: bool
     split_kv: bool
     block_stages: bool
-    library_gemm: bool
+    library_gemm: frozenset[str]
 
 
 def fusions(cfg: DecodeConfig) -> Fusions:
@@ -110,7 +116,17 @@ def fusions(cfg: DecodeConfig) -> Fusions:
         gdn_stages=cfg.batch == 1,
         split_kv=cfg.n_splits > 1,
         block_stages=cfg.batch == 1 and stacked == frozenset(STACKED),
-        library_gemm=cfg.batch >= LIBRARY_GEMM_LANES and cfg.weight_dtype == "bfloat16",
+        library_gemm=library_gemms(cfg),
+    )
+
+
+def library_gemms(cfg: DecodeConfig) -> frozenset[str]:
+    """The projections `cfg` runs as library GEMMs (`Fusions.library_gemm`)."""
+    if cfg.weight_dtype != "bfloat16" or cfg.batch < LIBRARY_GEMM_MIN_LANES:
+        return frozenset()
+    sizes = cfg.model.projections
+    return frozenset(
+        p for p in LIBRARY_GEMMS if cfg.batch >= LIBRARY_GEMM_LANES or math.prod(sizes[p]) >= LIBRARY_GEMM_MIN_WEIGHT
     )
 
 
@@ -231,8 +247,9 @@ class _Builder:
 
     def gemv(self, proj: str, x: str, y: str, w: str = "", xs: str = "") -> None:
         """`y = x @ w.T` of projection `proj` (weight buffer `w`, default `proj`; x and y `[B, K]`, `[B, N]`): one
-        GEMV, or under `fusions.library_gemm` the library GEMM over `xs` (x already split), else over x split here."""
-        if not self.fusions.library_gemm:
+        GEMV, or for a projection in `fusions.library_gemm` the library GEMM over `xs` (x already split), else over x
+        split here."""
+        if proj not in self.fusions.library_gemm:
             self.launch(f"gemv_{proj}", w=w or proj, x=x, y=y)
             return
         self.launch(f"gemm_{proj}", w=w or proj, xs=xs or self.split(x, split_width(proj)), y=y)
@@ -259,7 +276,8 @@ class _Builder:
             raise ValueError(f"{self.kind} plan: an RMSNorm prologue needs the stacked input projection")
         if not self.stacked:
             names = []
-            xs = self.split("x", "hidden") if self.fusions.library_gemm else ""
+            library = any(proj in self.fusions.library_gemm for proj, _, _ in outputs)
+            xs = self.split("x", "hidden") if library else ""
             for i, (proj, name, shape) in enumerate(outputs):
                 y = self.act(name, *shape)
                 flat = self.view(y, B, math.prod(shape) // B)
@@ -429,7 +447,8 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     fused = p.fusions.block_stages
     if not fused:
         mlp_in, mlp_out = p.act("mlp_in", B, m.hidden), p.act("mlp_out", B, m.hidden)
-    if p.fusions.library_gemm:
+    library_mlp = "gate_up_proj" in p.fusions.library_gemm
+    if library_mlp:
         gate_up_out = p.act("gate_up", B, 2 * m.intermediate_size)
     p.launch("embedding", ids="ids", table="embed_tokens", rows=hidden)
     step = {"slots": "slots", "positions": "positions"}
@@ -453,7 +472,7 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
             p.launch("add_rmsnorm", x=mlp_out, residual=hidden, weight=input_norm, y=normed)
         out = p.nest(prefix, PLANS[kind](cfg), {"x": normed, **step})
         p.launch("add_rmsnorm", x=out, residual=hidden, weight=post_norm, y=mlp_in)
-        if p.fusions.library_gemm:
+        if library_mlp:
             p.gemv("gate_up_proj", mlp_in, gate_up_out, w=gate_up)
             p.launch("swiglu", x=gate_up_out, y=mlp_act)
         else:
