@@ -83,7 +83,7 @@ def check_case(root: str, case: str, rng: np.random.Generator) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--library", required=True, help="build root of the model builds (`benchmarks.prebuild --model`)")
-    p.add_argument("--cases", nargs="+", required=True, help="PRESET:BATCH, batched (library GEMMs from 16 lanes)")
+    p.add_argument("--cases", nargs="+", required=True, help="PRESET:BATCH, batched (library GEMMs from 4 lanes)")
     args = p.parse_args()
     rng = np.random.default_rng()
     for case in args.cases:

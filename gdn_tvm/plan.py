@@ -92,7 +92,7 @@ class Fusions:
       of its own; with bf16 weights, every projection from `LIBRARY_GEMM_LANES` lanes, from `LIBRARY_GEMM_MIN_LANES`
       those of at least `LIBRARY_GEMM_MIN_WEIGHT` weights. On the H200 (`h200_cublas_split.jsonl`) cuBLAS over the
       split rows takes 4b B=32 qkv 14.9 us and B=128 gate|up 39.1 where the tuned tensor-core GEMVs took 37.4 and
-      ~360. Below 16 lanes (`h200_model_library_lanes.json`) small weights fill too few cuBLAS tiles: at 0.8b B=8
+      ~360. Below 16 lanes (`h200_model_library_lanes.jsonl`) small weights fill too few cuBLAS tiles: at 0.8b B=8
       in_proj_z, out_proj and b/a run faster as GEMVs, the LM head, gate|up and qkv as GEMMs; at B=2 the GEMVs win
       (4b 4.24 against 4.59 ms a token with every projection a GEMM)."""
 

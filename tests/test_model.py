@@ -14,7 +14,8 @@ from test_checkpoint import TINY
 
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.plan import LIBRARY_GEMM_LANES
+from gdn_tvm import plan
+from gdn_tvm.plan import LIBRARY_GEMM_LANES, LIBRARY_GEMM_MIN_LANES
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import load_checkpoint
 from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
@@ -23,7 +24,7 @@ from gdn_tvm.target import llvm
 from gdn_tvm.verify import tolerance
 
 STEPS = 64  # decoded tokens a request
-_KERNELS: dict[tuple[DecodeConfig, bool], dict] = {}
+_KERNELS: dict[tuple[DecodeConfig, tuple[str, ...]], dict] = {}
 
 
 def save_hf_model(path, seed: int, tied: bool, dtype: str):
@@ -68,9 +69,10 @@ def ours(path, dtype: str, batch: int = 1, slots: int = 0, stop_ids=(), sampling
     cfg = DecodeConfig(
         ckpt.model, batch=batch, slots=slots, max_len=96, split_len=32, weight_dtype=weight_dtype, kv_dtype=weight_dtype
     )
-    if (cfg, sampling) not in _KERNELS:
-        _KERNELS[cfg, sampling] = build_kernels(cfg, llvm(), model_plan(cfg, sampling).ops)
-    return Model(cfg, _KERNELS[cfg, sampling], tvm.cpu(), checkpoint_weights(ckpt), stop_ids, sampling)
+    ops = tuple(model_plan(cfg, sampling).ops)
+    if (cfg, ops) not in _KERNELS:
+        _KERNELS[cfg, ops] = build_kernels(cfg, llvm(), ops)
+    return Model(cfg, _KERNELS[cfg, ops], tvm.cpu(), checkpoint_weights(ckpt), stop_ids, sampling)
 
 
 def decode(model: Model, requests: dict[int, Request]) -> tuple[dict, dict]:
@@ -143,14 +145,26 @@ def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):
     assert_matches_hf(hf, late, tokens[lane], logits[lane], 1e-4, "refilled lane")
 
 
-def test_batched_library_gemms_decode_as_transformers(tmp_path, rng):
-    """From `LIBRARY_GEMM_LANES` lanes (bf16 weights) every projection is the library GEMM over x split into two bf16
-    rows (`split_bf16`, `gemm`, the SwiGLU apart): three lanes of 16 decode as transformers does, within the bf16
-    layer tolerance, and within the float32 layer tolerance (1e-3: the bf16 KV cache rounds the plans' 1e-6 apart
+# (lanes, LIBRARY_GEMM_MIN_WEIGHT, ops the plan must launch): every projection a library GEMM; from the fewer lanes
+# only the tiny model's larger ones (qkv, z, out_proj, gate|up, LM head), the rest GEMVs beside them.
+LIBRARY_PLANS = {
+    "all": (LIBRARY_GEMM_LANES, plan.LIBRARY_GEMM_MIN_WEIGHT, {"split_bf16_intermediate", "gemm_down_proj", "swiglu"}),
+    "mixed": (LIBRARY_GEMM_MIN_LANES, 12288, {"gemm_in_proj_z", "gemv_in_proj_b", "swiglu", "gemv_down_proj"}),
+}
+
+
+@pytest.mark.parametrize("which", list(LIBRARY_PLANS))
+def test_batched_library_gemms_decode_as_transformers(tmp_path, rng, monkeypatch, which):
+    """With bf16 weights, from `LIBRARY_GEMM_LANES` lanes every projection is the library GEMM over x split into two
+    bf16 rows (`split_bf16`, `gemm`, the SwiGLU apart), from `LIBRARY_GEMM_MIN_LANES` those of the larger weights
+    ("mixed": the threshold lowered to the tiny model's sizes): three lanes decode as transformers does, within the
+    bf16 layer tolerance, and within the float32 layer tolerance (1e-3: the bf16 KV cache rounds the plans' 1e-6 apart
     values to neighbouring bf16 values now and then) of the same model at B = 3 (GEMVs on float32 x), step for step."""
+    lanes, min_weight, launched = LIBRARY_PLANS[which]
+    monkeypatch.setattr(plan, "LIBRARY_GEMM_MIN_WEIGHT", min_weight)
     hf = save_hf_model(tmp_path, int(rng.integers(2**31)), True, "bfloat16")
-    batched, small = ours(tmp_path, "bfloat16", batch=LIBRARY_GEMM_LANES), ours(tmp_path, "bfloat16", batch=3)
-    assert {"split_bf16_intermediate", "gemm_down_proj", "swiglu", "gemm_lm_head"} <= set(batched.bound.launched)
+    batched, small = ours(tmp_path, "bfloat16", batch=lanes), ours(tmp_path, "bfloat16", batch=3)
+    assert launched | {"gemm_in_proj_qkv", "gemm_lm_head"} <= set(batched.bound.launched)
     assert not any(name.startswith("gemm_") for name in small.bound.launched)
     V = TINY["vocab_size"]
     requests = [Request(rng.integers(0, V, n).tolist(), budget) for n, budget in ((3, 40), (6, 9), (1, 33))]
