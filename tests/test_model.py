@@ -12,9 +12,9 @@ import pytest
 import tvm
 from test_checkpoint import TINY
 
+from gdn_tvm import plan
 from gdn_tvm.codegen.compile import build_kernels
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm import plan
 from gdn_tvm.plan import LIBRARY_GEMM_LANES, LIBRARY_GEMM_MIN_LANES
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import load_checkpoint
