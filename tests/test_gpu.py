@@ -17,7 +17,7 @@ from test_layers import STEPS, ReferenceStack, assert_preset_stack_decodes, lane
 from gdn_tvm.codegen.compile import build_kernels, compile_op
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.export.artifact import build
-from gdn_tvm.plan import LIBRARY_GEMM_LANES, step_ops
+from gdn_tvm.plan import LIBRARY_GEMM_LANES, LIBRARY_GEMM_MIN_LANES, step_ops
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.registry import OPS
 from gdn_tvm.runtime.model import Model, Request
@@ -216,11 +216,12 @@ MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, 
 )  # three GDN layers and an attention one at 0.8b sizes, every model op at its CUDA schedule
 
 
-@pytest.mark.parametrize("batch", [3, 1, LIBRARY_GEMM_LANES])
+@pytest.mark.parametrize("batch", [3, 1, LIBRARY_GEMM_MIN_LANES, LIBRARY_GEMM_LANES])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
     """Three requests (greedy and sampled, different prompt lengths and budgets, on slots 4, 0, 2; B = 1: the first,
-    on slot 4, through the plan with `fusions.block_stages`; B = 16 at bf16: the projections as cuBLAS GEMMs) decoded
+    on slot 4, through the plan with `fusions.block_stages`; at bf16 B = 16: the projections as cuBLAS GEMMs, B = 4: the
+    larger ones, qkv, gate|up, q and the LM head) decoded
     by the CUDA model eagerly and replayed, and by the llvm model (checked against transformers in CI): replay
     bit-identical to eager, the same tokens as llvm, logits within the op tolerance of llvm's at every step."""
     cfg = MODEL_GPU.replace(weight_dtype=dtype, kv_dtype=dtype, batch=batch, slots=max(batch, MODEL_GPU.slots))
