@@ -84,11 +84,14 @@ def sweep(
             err, why = check(op, cfg, copy, expect)
             error = why and f"wrong: {why}"
         if error:  # a failing or wrong design is recorded, never timed, and fails the run (`main`)
-            rows.append({"op": name, "batch": batch, **named, "knobs": combo or "defaults", "error": error})
+            rows.append(
+                {"op": name, "preset": preset, "batch": batch, **named, "knobs": combo or "defaults", "error": error}
+            )
             print(json.dumps(rows[-1]), flush=True)
             continue
         us = time_kernel(kernel, value_sets)
-        rows.append({"op": name, "batch": batch, **named, "max_len": cfg.max_len, "split_len": cfg.split_len,
+        rows.append({"op": name, "preset": preset, "batch": batch, **named, "max_len": cfg.max_len,
+                     "split_len": cfg.split_len,
                      "position": cfg.max_len - 1 if position is None else position,
                      "knobs": combo or "defaults", "us": round(us, 3), "rel_err": float(f"{err:.3g}")})  # fmt: skip
         if out_of_place:

@@ -39,6 +39,13 @@ MANY_LANES = 8  # from this many lanes on, each weight element feeds enough mult
 # winner of 6 of the 8 such B=32 workloads of qwen3.5-0.8b and -4b on the H200, 1.8-2.9x the former default of
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
+# From SMALL_LANES[0] to SMALL_LANES[1] - 1 lanes, a plain projection of fewer than SMALL_WEIGHTS weights (those a step
+# keeps as GEMVs beside its library GEMMs, `plan.LIBRARY_GEMM_MIN_WEIGHT`) takes one row a CTA and a warp a row (x
+# from L2, no stage). H200, bf16 (h200_sweeps_gemv_small.jsonl.xz: 48 CUDA-core designs at B=4 and 8 of qwen3.5-0.8b
+# down, out_proj, in_proj_z, in_proj_b, k_proj and -4b in_proj_b, k_proj): 1.00-1.28x the best design of each of the
+# 14, where the layout above was 1.00-2.22x (4b in_proj_b at B=8: 3.74 us best, 4.30 this, 8.28 before).
+SMALL_LANES = (4, 16)
+SMALL_WEIGHTS = 1 << 22
 
 # Tensor cores (`mma.sync`) for bf16 weights and whole 16-lane tiles: from TENSOR_CORE_LANES lanes, or from 16 on
 # projections of at least TENSOR_CORE_ROWS rows (the LM head). qwen3.5-4b on the H200
@@ -169,7 +176,8 @@ def cuda(
     that many rows (with many lanes, shared-memory reads of x, not w, bound a one-row thread).
     Defaults: 256 threads a CTA, up to 8 rows a CTA while that keeps >= 2 CTAs per SM, B tiles of
     <= `batch_tile` lanes (fewer where the smem chunk would not hold them), 4 rows a thread from 8 lanes on;
-    from 8 lanes on, projections of >= 1024 rows take `WIDE_ROWS` rows a CTA and 32 threads a row.
+    from 8 lanes on, projections of >= 1024 rows take `WIDE_ROWS` rows a CTA and 32 threads a row; from 4 to 15
+    lanes, plain projections of fewer than `SMALL_WEIGHTS` weights one row a CTA and 32 threads a row.
     The conv epilogue: a row group's sums go to shared memory, then one thread per (lane, row) of the group
     writes its y and (conv rows) its state row. The norm prologue: the CTA first sums the squares of its lanes'
     heads into shared memory (a warp a head at a time), then stages each K chunk of x normalised and gated, where
@@ -485,6 +493,9 @@ def cuda_layout(
     """
     vector = vector or per_load(cfg.weight_dtype)
     n_rows, n_cols = cfg.model.projections[proj]
+    if not (prologue or swiglu) and SMALL_LANES[0] <= cfg.batch < SMALL_LANES[1] and n_rows * n_cols < SMALL_WEIGHTS:
+        rows, threads_per_row = rows or 1, threads_per_row or 32
+        rows_per_thread = rows_per_thread or 1
     n_rows //= 2 if swiglu else 1
     b_tiles = math.ceil(cfg.batch / batch_tile)
     flop_bound = cfg.batch >= MANY_LANES and n_rows >= 1024 and n_rows % WIDE_ROWS == 0

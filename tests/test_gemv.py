@@ -107,6 +107,8 @@ def test_swiglu_is_one_kernel_reading_gate_and_up_rows_16_bytes_a_load(case, dty
         ("in_proj_z", 32, (16, 32, 16, 2, 4)),  # FLOP-bound: 4 x 32 threads, a warp per 4 rows, 256 CTAs
         ("out_proj", 64, (16, 32, 16, 2, 4)),  # the same from 8 lanes on, B tiles of 16 lanes: 256 CTAs
         ("in_proj_b", 32, (4, 256, 4, 1, 4)),  # 16 rows: too few for that, K split over 256 threads a row
+        ("in_proj_b", 8, (1, 32, 8, 8, 1)),  # 4-15 lanes, < SMALL_WEIGHTS: a warp a row, one row a CTA
+        ("out_proj", 4, (1, 32, 4, 16, 1)),  # the same: 1024 CTAs, x from L2
         ("lm_head", 1, (8, 32, 1, 8, 1)),  # 248,320 rows: 31,040 CTAs
     ],
 )
