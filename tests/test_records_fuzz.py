@@ -5,10 +5,14 @@ only where the log is still valid.
 The base is a committed log, tuning_logs/cuda/gates-f32-B1-Hv16 (a lookup needs no GPU). Valid means: what
 records.py checks is as MetaSchedule writes it, the rest is TVM's to judge. Free parts may change and the lookup
 must still succeed: the values of summary.json's fields (of their types; `compiler` may go, unknown fields are
-ignored), the workload line's structural hash (decimal; TVM recomputes it) and run_secs (seconds in [0, 1e10]).
-TVM judges the trace (it must replay), the target's attributes other than its kind (the build compiles for its own
-target), the args and the serialised IRModule (one that deserialises to another module is another definition:
-`MissingRecordError`). Any other edit must end in a `TuningLogError`.
+ignored) and run_secs (seconds in [0, 1e10]). TVM judges the trace (it must replay), the target's attributes other
+than its kind (the build compiles for its own target) and the args. Another integer as the workload hash is another
+definition (`MissingRecordError`). Any other edit must end in a `TuningLogError`.
+
+A scratch database (MetaSchedule's JSON database while a workload is tuned) holds a workload table in place of the
+hash: the base is the workload table MetaSchedule writes for the log's workload beside the log's record. There the
+workload line's structural hash is free (decimal; TVM recomputes it) and TVM judges the serialised IRModule (one that
+deserialises to another module is another definition: the scratch database holds no record of the workload).
 
 TVM's readers trust what they read (a cyclic IRModule graph or a trace decision out of range crashes them), so the
 Python checks run first, in this process, with TVM's loading stubbed out; a case that passes them goes to `loader`:
@@ -27,6 +31,7 @@ import lzma
 import math
 import shutil
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 from unittest import mock
@@ -37,40 +42,61 @@ from conftest import F32, child_loader
 from hypothesis import given
 from hypothesis import strategies as st
 from test_manifest_fuzz import DELETE, changed, edit, edited, fuzz
+from tvm.s_tir import meta_schedule as ms
 
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning import records
-from gdn_tvm.tuning.records import PACKED, PACKED_RECORDS, RECORDS, SUMMARY
+from gdn_tvm.tuning.records import HASH, PACKED_RECORDS, RECORDS, SCRATCH, SUMMARY, WORKLOADS
 from gdn_tvm.tuning.workload import workload
 
 TALLY: Counter[str] = Counter()
 W = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, **F32), "cuda")
 LOGS = Path(__file__).parent.parent / "tuning_logs"
-BASE = {name: (LOGS / W.key / name).read_bytes() for name in (PACKED, SUMMARY)}
+BASE = {name: (LOGS / W.key / name).read_bytes() for name in (HASH, SUMMARY)}
 # The record file unpacked, as MetaSchedule writes it (a log may hold either form): edits and damage reach its JSON.
 BASE[RECORDS] = lzma.decompress((LOGS / W.key / PACKED_RECORDS).read_bytes())
 RECORD = json.loads(BASE[RECORDS])  # [workload index, [trace, run_secs, target, args]]
-TABLE_LINE = json.loads(lzma.decompress(BASE[PACKED]))  # [structural hash, serialised IRModule]
-GRAPH = json.loads(base64.b64decode(TABLE_LINE[1])[8:])  # the IRModule as a tvm_ffi JSON object graph
+HASH_VALUE = json.loads(BASE[HASH])
 INFO = json.loads(BASE[SUMMARY])
-# Looks up W under each log root read from stdin in a forked child, replays the record and prints the child's
-# outcome, then "exit <status>" (negative: killed by that signal).
+
+
+def workload_table(w) -> bytes:
+    """The workload table MetaSchedule writes for `w`."""
+    with tempfile.TemporaryDirectory() as scratch:
+        ms.database.JSONDatabase(work_dir=scratch).commit_workload(w.mod)
+        return (Path(scratch) / WORKLOADS).read_bytes()
+
+
+SCRATCH_BASE = {WORKLOADS: workload_table(W), RECORDS: BASE[RECORDS]}  # a scratch database of W and the log's record
+TABLE_LINE = json.loads(SCRATCH_BASE[WORKLOADS])  # [structural hash, serialised IRModule]
+GRAPH = json.loads(base64.b64decode(TABLE_LINE[1])[8:])  # the IRModule as a tvm_ffi JSON object graph
+# For each line "log <root>" read from stdin, looks up W under the log root in a forked child and replays the record;
+# for "scratch <folder>", opens that scratch database and replays its best record of W ("no record" if none). Prints
+# the child's outcome, then "exit <status>" (negative: killed by that signal).
 LOADER = """
 import os, signal, sys
+from pathlib import Path
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.tuning import records
 from gdn_tvm.tuning.workload import workload
 w = workload(OPS["gates"], DecodeConfig(preset("qwen3.5-0.8b"), batch=1, weight_dtype="float32"), "cuda")
 for line in sys.stdin:
+    what, path = line.strip().split(" ", 1)
     pid = os.fork()
     if pid == 0:
         signal.alarm(60)  # a hung load ends as a crash
         try:
-            found = records.lookup(line.strip(), w)
-            records.replay(found.record, w, found.folder)
-            print("found", flush=True)
+            if what == "log":
+                found = records.lookup(path, w)
+                records.replay(found.record, w, found.folder)
+                print("found", flush=True)
+            elif (record := records.best(records.open_scratch(Path(path), "cuda"), w)) is not None:
+                records.replay(record, w, Path(path))
+                print("found", flush=True)
+            else:
+                print("no record", flush=True)
         except Exception as err:
             print(f"{type(err).__name__}:", str(err).replace("\\n", " "), flush=True)
         os._exit(0)
@@ -78,8 +104,8 @@ for line in sys.stdin:
 """
 
 
-class Reached(Exception):
-    """The Python checks passed: TVM would load the log next."""
+class Reached(BaseException):
+    """The Python checks passed: TVM would load the log next (not an `Exception`: records.py wraps TVM's errors)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,7 +118,7 @@ def tally():
 
 @pytest.fixture(scope="module")
 def loader():
-    """`loader(root)` -> (what the child looking up W under `root` printed, its exit status)."""
+    """`loader("log <root>" or "scratch <folder>")` -> (what the child printed, its exit status)."""
     argv = [sys.executable, "-c", LOADER]
     with child_loader(argv) as run:
         yield run
@@ -104,9 +130,9 @@ def root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("logs")
 
 
-def packed(line: object) -> bytes:
-    """A workload table of `line`, packed."""
-    return lzma.compress((json.dumps(line) + "\n").encode())
+def table(line: object) -> bytes:
+    """A workload table of `line`."""
+    return (json.dumps(line) + "\n").encode()
 
 
 def serialised(text: str) -> str:
@@ -124,25 +150,28 @@ def finite(text: str) -> float:
 
 
 def lines(data: bytes, name: str) -> list | None:
-    """The JSON values of a log file, one a line (summary.json: one), or None if it does not parse."""
+    """The JSON values of a log file, one a line (summary.json and the hash file: one), or None if it does not
+    parse."""
     try:
         text = (lzma.decompress(data) if name.endswith(".xz") else data).decode()
-        split = [text] if name == SUMMARY else text.removesuffix("\n").split("\n")
+        split = [text] if name in (SUMMARY, HASH) else text.removesuffix("\n").split("\n")
         return [json.loads(line, parse_float=finite, parse_constant=finite) for line in split]
     except (ValueError, lzma.LZMAError):
         return None
 
 
 def judge(files: dict[str, bytes | None]) -> str:
-    """What a change of the base log may end in: "free" (found), "tvm" (found or a named error), "another" (also
-    `MissingRecordError`: the IRModule changed) or "invalid" (a `TuningLogError`); see the module docstring."""
+    """What a change of the base log (or, with a workload table, of the base scratch database) may end in: "free"
+    (found), "tvm" (found or a named error), "another" (also `MissingRecordError`, or no record in a scratch
+    database: the workload changed) or "invalid" (a `TuningLogError`); see the module docstring."""
     if files.get(PACKED_RECORDS) is not None:  # read in place of the plain record file
         try:
             files = files | {RECORDS: lzma.decompress(files[PACKED_RECORDS])}
         except lzma.LZMAError:
             return "invalid"
+    base = SCRATCH_BASE if WORKLOADS in files else BASE
     verdicts = set()
-    for name in (RECORDS, PACKED, SUMMARY):
+    for name in base:
         data = files.get(name)
         if data is None:
             verdicts.add("free" if name == SUMMARY else "invalid")  # a log may come without its summary
@@ -152,9 +181,21 @@ def judge(files: dict[str, bytes | None]) -> str:
             return "invalid"
         if name == SUMMARY:
             verdicts.add("free" if summary_ok(new[0]) else "invalid")
+        elif name == HASH:
+            verdicts.add(hash_verdict(new[0]))
         else:
-            verdicts |= {part(name, new, path) for path in changed(lines(BASE[name], name), new)}
+            verdicts |= {part(name, new, path) for path in changed(lines(base[name], name), new)}
     return next((v for v in ("invalid", "another", "tvm") if v in verdicts), "free")
+
+
+def hash_verdict(value: object) -> str:
+    """{"structural_hash": an integer in [0, 2**64)}: "free" if it is the base hash, else "another"."""
+    if not (isinstance(value, dict) and list(value) == ["structural_hash"]):
+        return "invalid"
+    shash = value["structural_hash"]
+    if type(shash) is not int or not 0 <= shash < 2**64:
+        return "invalid"
+    return "free" if value == HASH_VALUE else "another"
 
 
 def summary_ok(summary: object) -> bool:
@@ -172,7 +213,7 @@ def part(name: str, new: list, path: tuple) -> str:
     if len(path) < 2:
         return "invalid"  # lines added or removed, a line replaced by a value of another type or length
     line, field = new[path[0]], path[1:]
-    if name == PACKED:
+    if name == WORKLOADS:
         if field == (0,):
             return "free" if type(line[0]) is str and line[0].isascii() and line[0].isdigit() else "invalid"
         return "another" if field == (1,) else "invalid"
@@ -185,31 +226,38 @@ def part(name: str, new: list, path: tuple) -> str:
 
 
 def attempt(root: Path, loader, files: dict[str, bytes | None]) -> str:
-    """Look W up in a log of `files` (None: absent) under `root`: "found", "TuningLogError: <message>" or
-    "MissingRecordError: <message>". The Python checks run here; a log that passes them is looked up (and its
-    record replayed) by the loader. A crash or any other exception fails the test."""
+    """Look W up in a log of `files` (None: absent) under `root`, or, if `files` hold a workload table, open a
+    scratch database of them there and take its best record of W: "found", "TuningLogError: <message>",
+    "MissingRecordError: <message>" or "no record" (a scratch database). The Python checks run here; a log that
+    passes them is looked up (and its record replayed) by the loader. A crash or any other exception fails the
+    test."""
     folder = records.folder(root, W)
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    scratch = WORKLOADS in files
+    where = folder / SCRATCH if scratch else folder
+    where.mkdir(parents=True)
     for name, data in files.items():
         if data is not None:
-            (folder / name).write_bytes(data)
+            (where / name).write_bytes(data)
     TALLY["cases"] += 1
     try:
-        with mock.patch.object(records, "_load", side_effect=Reached):
-            records.lookup(root, W)
+        with (
+            mock.patch.object(records, "_load", side_effect=Reached),
+            mock.patch.object(records.ms.database, "JSONDatabase", side_effect=Reached),
+        ):
+            records.open_scratch(where, W.kind) if scratch else records.lookup(root, W)
     except (records.TuningLogError, records.MissingRecordError) as err:
         TALLY["stopped by the Python checks"] += 1
         return f"{type(err).__name__}: {err}"
     except Reached:
-        said, status = loader(root)
+        said, status = loader(f"scratch {where}" if scratch else f"log {root}")
         TALLY["loaded by TVM in a child"] += 1
         if status < 0:
             TALLY["crashes"] += 1
             pytest.fail(f"the loading process was killed by signal {-status}")
-        assert status == 0 and said.startswith(("found", "TuningLogError:", "MissingRecordError:")), said
+        assert status == 0 and said.startswith(("found", "no record", "TuningLogError:", "MissingRecordError:")), said
         return said
-    raise AssertionError("lookup returned with TVM's loading stubbed out")
+    raise AssertionError("the lookup returned with TVM's loading stubbed out")
 
 
 def expect(got: str, verdict: str, *names: str) -> None:
@@ -224,7 +272,10 @@ def expect(got: str, verdict: str, *names: str) -> None:
         TALLY["valid logs refused"] += 1
         pytest.fail(f"a valid log was refused: {got}")
     kind = got.split(":")[0]
-    assert kind == "TuningLogError" or (kind == "MissingRecordError" and verdict == "another"), got
+    assert kind == "TuningLogError" or (kind in ("MissingRecordError", "no record") and verdict == "another"), got
+    if kind == "no record":  # a scratch database of another workload: the tuner sets it aside, nothing to name
+        TALLY["scratch databases of another workload"] += 1
+        return
     assert all(name in got for name in names), f"{got!r} does not name {names}"
     TALLY["named errors"] += 1
 
@@ -235,8 +286,18 @@ def with_record(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
 
 
 def with_graph(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
-    """The base log, its IRModule's graph edited at `path`."""
-    return BASE | {PACKED: packed([TABLE_LINE[0], serialised(json.dumps(edited(GRAPH, path, value)))])}
+    """The base scratch database, its IRModule's graph edited at `path`."""
+    return SCRATCH_BASE | {WORKLOADS: table([TABLE_LINE[0], serialised(json.dumps(edited(GRAPH, path, value)))])}
+
+
+def with_table(line: object) -> dict[str, bytes | None]:
+    """The base scratch database, its workload table holding `line`."""
+    return SCRATCH_BASE | {WORKLOADS: table(line)}
+
+
+def with_hash(value: object) -> dict[str, bytes | None]:
+    """The base log, its workload hash `value`."""
+    return BASE | {HASH: json.dumps({"structural_hash": value}).encode()}
 
 
 def with_summary(path: tuple, value: object = DELETE) -> dict[str, bytes | None]:
@@ -253,7 +314,7 @@ GARBAGE = bytes(range(128, 256)) * 3  # not UTF-8, not xz, not JSON
 CASES = [
     ("records: random bytes", BASE | {RECORDS: GARBAGE}, "invalid", f"{RECORDS}: unreadable"),
     ("records: empty", BASE | {RECORDS: b""}, "invalid", f"{RECORDS}: empty"),
-    ("records: missing beside the packed table", BASE | {RECORDS: None}, "invalid", f"{RECORDS}: missing"),
+    ("records: missing beside the hash", BASE | {RECORDS: None}, "invalid", f"{RECORDS}: missing"),
     ("records: packed", BASE | {RECORDS: None, PACKED_RECORDS: lzma.compress(BASE[RECORDS])}, "free", ""),
     ("records: packed, not xz", BASE | {PACKED_RECORDS: GARBAGE}, "invalid", f"{PACKED_RECORDS}: not an xz file"),
     (
@@ -262,41 +323,55 @@ CASES = [
         "invalid",
         f"{PACKED_RECORDS}: line 1: workload index 1",
     ),
-    ("table: missing beside the records", BASE | {PACKED: None}, "invalid", f"{records.WORKLOADS}: missing"),
-    ("table: not xz", BASE | {PACKED: GARBAGE}, "invalid", f"{PACKED}: not an xz file"),
-    ("table: xz of random bytes", BASE | {PACKED: lzma.compress(GARBAGE)}, "invalid", f"{PACKED}: unreadable"),
-    ("table: xz of non-JSON", BASE | {PACKED: lzma.compress(b"[1,\n")}, "invalid", "line 1: Expecting value"),
-    ("table: JSON of another shape", BASE | {PACKED: packed({"a": 1})}, "invalid", "line 1: expected [structural"),
-    ("table: hash not a number", BASE | {PACKED: packed(["x1", TABLE_LINE[1]])}, "invalid", "structural hash"),
-    ("table: IRModule not base64", BASE | {PACKED: packed([TABLE_LINE[0], "ab!"])}, "another", "IRModule: "),
-    # TVM allocates what the length prefix says (4 GiB here) before it fails.
-    ("table: length prefix", BASE | {PACKED: packed([TABLE_LINE[0], "AAAAAAEAAAB7fQ=="])}, "another", "length"),
+    ("hash: missing (a log of the workload-table format)", BASE | {HASH: None}, "invalid", f"{HASH}: missing"),
+    ("hash: random bytes", BASE | {HASH: GARBAGE}, "invalid", f"{HASH}: unreadable"),
+    ("hash: truncated", BASE | {HASH: BASE[HASH][:-8]}, "invalid", f"{HASH}: unreadable"),
+    ("hash: a list", BASE | {HASH: b"[1]"}, "invalid", 'expected {"structural_hash"'),
+    ("hash: a string", with_hash(str(HASH_VALUE["structural_hash"])), "invalid", 'expected {"structural_hash"'),
+    ("hash: a float", with_hash(float(HASH_VALUE["structural_hash"])), "invalid", 'expected {"structural_hash"'),
+    ("hash: negative", with_hash(-1), "invalid", "an integer in [0, 2**64)"),
+    ("hash: 2**64", with_hash(2**64), "invalid", "an integer in [0, 2**64)"),
+    ("hash: a bool", with_hash(True), "invalid", 'expected {"structural_hash"'),
+    ("hash: field missing", BASE | {HASH: b"{}"}, "invalid", 'expected {"structural_hash"'),
+    ("hash: another field", BASE | {HASH: json.dumps(HASH_VALUE | {"op": "gates"}).encode()}, "invalid", "expected"),
+    ("hash: another definition's", with_hash(HASH_VALUE["structural_hash"] ^ 1), "another", "holds another definition"),
     (
-        "table: IRModule graph not JSON",
-        BASE | {PACKED: packed([TABLE_LINE[0], serialised("{")])},
+        "hash: another workload's log",
+        {p.name: p.read_bytes() for p in (LOGS / "cuda/gates-f32-B1-Hv32").iterdir()},
         "another",
-        "IRModule: Expecting",
+        "holds another definition",
     ),
-    ("table: IRModule graph of another shape", with_graph((), [1]), "another", "expected a JSON object graph"),
-    # TVM's reader follows a cycle until the stack overflows, and None in the function map crashes its hash.
-    ("table: IRModule graph cyclic", with_graph(("nodes", 9, "data", 0), 9), "another", "not to a node before"),
     (
-        "table: IRModule graph with None in a map",
+        "scratch table: another workload's",
+        with_table(
+            json.loads(workload_table(workload(OPS["gates"], DecodeConfig(preset("qwen3.5-4b"), **F32), "cuda")))
+        ),
+        "another",
+        "",
+    ),
+    ("scratch table: missing", SCRATCH_BASE | {WORKLOADS: None}, "invalid", "workload index 0 outside the 0"),
+    ("scratch table: random bytes", SCRATCH_BASE | {WORKLOADS: GARBAGE}, "invalid", f"{WORKLOADS}: unreadable"),
+    ("scratch table: not JSON", SCRATCH_BASE | {WORKLOADS: b"[1,\n"}, "invalid", "line 1: Expecting value"),
+    ("scratch table: JSON of another shape", with_table({"a": 1}), "invalid", "line 1: expected [structural"),
+    ("scratch table: hash not a number", with_table(["x1", TABLE_LINE[1]]), "invalid", "structural hash"),
+    ("scratch table: IRModule not base64", with_table([TABLE_LINE[0], "ab!"]), "another", "IRModule: "),
+    # TVM allocates what the length prefix says (4 GiB here) before it fails.
+    ("scratch table: length prefix", with_table([TABLE_LINE[0], "AAAAAAEAAAB7fQ=="]), "another", "length"),
+    ("scratch table: IRModule graph not JSON", with_table([TABLE_LINE[0], serialised("{")]), "another", "Expecting"),
+    ("scratch table: IRModule graph of another shape", with_graph((), [1]), "another", "expected a JSON object graph"),
+    # TVM's reader follows a cycle until the stack overflows, and None in the function map crashes its hash.
+    ("scratch table: IRModule graph cyclic", with_graph(("nodes", 9, "data", 0), 9), "another", "not to a node before"),
+    (
+        "scratch table: IRModule graph with None in a map",
         with_graph(("nodes", FUNCTIONS, "data", 1), 0),
         "another",
         "holds None",
     ),
     (
-        "table: IRModule that does not deserialise",
+        "scratch table: IRModule that does not deserialise",
         with_graph(("nodes", 5, "type"), "no.Such"),
         "another",
-        "the IRModule does not deserialise",
-    ),
-    (
-        "table: another workload's log",
-        {p.name: p.read_bytes() for p in (LOGS / "cuda/gates-f32-B1-Hv32").iterdir()},
-        "another",
-        "holds another definition",
+        "MetaSchedule cannot load the database",
     ),
     ("summary: random bytes", BASE | {SUMMARY: GARBAGE}, "invalid", f"{SUMMARY}: unreadable"),
     ("summary: a list", BASE | {SUMMARY: b"[]"}, "invalid", "expected an object"),
@@ -331,7 +406,8 @@ CASES = [
     ("record: trace does not replay", with_record((*TRACE, 0, 1, 2, 0), "nope"), "tvm", "cannot load the record"),
     ("record: only failed runs", with_record(SECS, [1e10]), "invalid", "no usable record"),
     ("free: run_secs", with_record(SECS, [2e-6]), "free", ""),
-    ("free: the structural hash", BASE | {PACKED: packed(["42", TABLE_LINE[1]])}, "free", ""),
+    ("free: the hash file's white space", BASE | {HASH: b" \n" + BASE[HASH].replace(b": ", b":\t")}, "free", ""),
+    ("free: a scratch table's structural hash", with_table(["42", TABLE_LINE[1]]), "free", ""),
     ("free: summary values", with_summary(("note",), "edited"), "free", ""),
     ("free: an unknown summary field", with_summary(("extra",), 1), "free", ""),
     ("free: no compiler", with_summary(("compiler",)), "free", ""),
@@ -371,24 +447,29 @@ def damages(size: int):
 @fuzz(500)
 @given(data=st.data())
 def test_damaged_log_is_named_or_still_valid(root, loader, data):
-    name = data.draw(st.sampled_from([RECORDS, PACKED, SUMMARY]), label="file")
-    files = BASE | {name: damage(BASE[name], data.draw(damages(len(BASE[name])), label="damage"))}
+    """A file of the base log, or the workload table of the base scratch database, damaged."""
+    name = data.draw(st.sampled_from([RECORDS, HASH, SUMMARY, WORKLOADS]), label="file")
+    base = SCRATCH_BASE if name == WORKLOADS else BASE
+    files = base | {name: damage(base[name], data.draw(damages(len(base[name])), label="damage"))}
     expect(attempt(root, loader, files), judge(files), str(records.folder(root, W)))
 
 
 @fuzz(800)
 @given(data=st.data())
 def test_edited_log_is_named_or_still_valid(root, loader, data):
-    """An edit at any depth of the record line, the summary, the workload line or its IRModule's graph."""
-    where = data.draw(st.sampled_from(["record", "summary", "workload line", "graph"]), label="where")
+    """An edit at any depth of the record line, the summary, the workload hash, or a scratch database's workload line
+    or its IRModule's graph."""
+    where = data.draw(st.sampled_from(["record", "summary", "hash", "workload line", "graph"]), label="where")
     if where == "record":
         files = BASE | {RECORDS: edit(data, RECORD).encode() + b"\n"}
     elif where == "summary":
         files = BASE | {SUMMARY: edit(data, INFO).encode()}
+    elif where == "hash":
+        files = BASE | {HASH: edit(data, HASH_VALUE).encode()}
     elif where == "workload line":
-        files = BASE | {PACKED: lzma.compress(edit(data, TABLE_LINE).encode() + b"\n")}
+        files = SCRATCH_BASE | {WORKLOADS: edit(data, TABLE_LINE).encode() + b"\n"}
     else:
-        files = BASE | {PACKED: packed([TABLE_LINE[0], serialised(edit(data, GRAPH))])}
+        files = SCRATCH_BASE | {WORKLOADS: table([TABLE_LINE[0], serialised(edit(data, GRAPH))])}
     expect(attempt(root, loader, files), judge(files), str(records.folder(root, W)))
 
 
@@ -411,7 +492,7 @@ def test_transform_layout_null_only_as_its_pad_value(root, attr, refused):
     shutil.copytree(source, folder)
     (folder / PACKED_RECORDS).unlink()
     (folder / RECORDS).write_text(json.dumps(record) + "\n")
-    with mock.patch.object(records, "_load", side_effect=Reached), pytest.raises(Exception) as caught:
+    with mock.patch.object(records, "_load", side_effect=Reached), pytest.raises(BaseException) as caught:
         records.lookup(root, TENSOR_CORES)
     if refused:
         assert caught.type is records.TuningLogError and "null" in str(caught.value) and RECORDS in str(caught.value)

@@ -83,9 +83,10 @@ def test_tune_command_tunes_every_op_and_prunes_to_the_best_record(tuned_logs):
     for w, _ in groups:
         assert any(line.startswith(f"{w.key} [") for line in printed), f"no progress line for {w.key}"
         folder = tuned_logs / w.key
-        packed = [records.PACKED, records.PACKED_RECORDS, records.SUMMARY]
-        assert sorted(p.name for p in folder.iterdir()) == sorted(packed)
+        pruned = [records.HASH, records.PACKED_RECORDS, records.SUMMARY]
+        assert sorted(p.name for p in folder.iterdir()) == sorted(pruned)
         assert len(lzma.decompress((folder / records.PACKED_RECORDS).read_bytes()).splitlines()) == 1
+        assert json.loads((folder / records.HASH).read_text()) == {"structural_hash": tvm_ffi.structural_hash(w.mod)}
         summary = json.loads((folder / records.SUMMARY).read_text())
         assert summary["best_us"] <= summary["hand_us"], f"{w.key}: tuned is slower than the hand schedule"
         assert summary["timing"] == "eager"  # llvm; CUDA candidates are timed as graph replays
@@ -121,13 +122,16 @@ def test_tuning_times_a_mid_cache_step_on_distinct_slots():
 
 def test_interrupted_run_resumes_from_scratch(tuned_logs, tmp_path):
     """A scratch database without a pruned log (as an interrupted run leaves it) is continued, not restarted: a run
-    cut after its hand record, the knob grid and the search budget measures only the hand schedule again."""
+    cut after its hand record, the knob grid and the search budget measures only the hand schedule again. The
+    scratch database starts as the pruned log: MetaSchedule's workload table of the workload, and its record."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     grid, _ = hand_designs(w, tvm.s_tir.Schedule(w.mod))
     folder = tmp_path / w.key
     shutil.copytree(tuned_logs / w.key, folder)
-    records.seed_scratch(folder)
-    for name in (records.PACKED, records.PACKED_RECORDS, records.SUMMARY):
+    records.seed_scratch(folder, w)
+    seeded = records.best(records.open_scratch(folder / records.SCRATCH, "llvm"), w)
+    assert seeded is not None and seeded.as_json() == records.lookup(tmp_path, w).record.as_json()
+    for name in (records.HASH, records.PACKED_RECORDS, records.SUMMARY):
         (folder / name).unlink()
     log = folder / records.SCRATCH / records.RECORDS
     prior = len(grid) + TRIALS  # the hand record, the rest of the grid, the search
@@ -194,11 +198,11 @@ def test_build_refuses_an_out_folder_that_is_a_file_and_tune_negative_trials(tmp
 
 
 def _written_log(root: Path, record_line: str):
-    """The sigmoid_gate workload and its log folder under `root`, holding its workload table and `record_line`."""
+    """The sigmoid_gate workload and its log folder under `root`, holding its workload hash and `record_line`."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     folder = records.folder(root, w)
     folder.mkdir(parents=True)
-    ms.database.JSONDatabase(work_dir=str(folder)).commit_workload(w.mod)
+    records.write_hash(folder, w)
     (folder / records.RECORDS).write_text(record_line + "\n")
     return w, folder
 
@@ -209,9 +213,8 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
         records.lookup(tmp_path, w)
     with pytest.raises(records.TuningLogError, match=str(folder / records.RECORDS)):
         tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=1, echo=quiet)
-    (folder / records.WORKLOADS).unlink()
-    (folder / records.PACKED).write_text("not xz")
-    with pytest.raises(records.TuningLogError, match=f"{folder / records.PACKED}: not an xz file"):
+    (folder / records.HASH).write_text('{"structural_hash": ')
+    with pytest.raises(records.TuningLogError, match=f"{folder / records.HASH}: unreadable"):
         records.lookup(tmp_path, w)
     w, folder = _written_log(tmp_path / "packed", "[0, [[[], []], [1e-05")
     (folder / records.PACKED_RECORDS).write_text("not xz either")  # read in place of the plain record file
@@ -220,12 +223,12 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
 
 
 def test_a_log_of_an_earlier_definition_is_replaced_and_said(tuned_logs, tmp_path):
-    """A log whose workload table holds another definition (the op changed since it was tuned): `make build` names
+    """A log whose workload hash is of another definition (the op changed since it was tuned): `make build` names
     the file and says to re-tune; the tuner tunes afresh and says it replaced the log."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     other = workload(OPS["partial_neox_rope"], CFG, "llvm")
     shutil.copytree(tuned_logs / other.key, tmp_path / w.key)
-    with pytest.raises(records.MissingRecordError, match=f"{tmp_path / w.key / records.PACKED} holds another"):
+    with pytest.raises(records.MissingRecordError, match=f"{tmp_path / w.key / records.HASH} holds another"):
         records.lookup(tmp_path, w)
     (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=0, echo=quiet)
     assert result.status == "tuned" and "replaced the log of an earlier definition of sigmoid_gate" in result.note
@@ -322,7 +325,7 @@ def test_tuner_keeps_the_fastest_record_that_matches_the_reference(tuned_logs, t
 
 
 def test_replay_leaves_the_workload_untouched(tuned_logs):
-    """A replayed trace must not rewrite the IR the workload (and the database's workload table) holds."""
+    """A replayed trace must not rewrite the IR the workload (and the database's workload) holds."""
     w = workload(OPS["sigmoid_gate"], CFG, "llvm")
     before, general = w.mod.script(), w.general.script()
     found = records.lookup(tuned_logs, w)

@@ -145,10 +145,10 @@ class _Tuner:
         path = records.folder(self.root, w)
         scratch = path / records.SCRATCH
         stale = ""
-        if records.has_log(path) and records.best(records.open_db(path, w.kind), w) is None:
+        if records.has_log(path) and records.best(records.open_db(path, w), w) is None:
             stale = f"replaced the log of an earlier definition of {w.op.name}"  # the op changed since tuning
             records.drop(path)
-            if scratch.exists() and records.best(records.open_db(scratch, w.kind), w) is None:
+            if scratch.exists() and records.best(records.open_scratch(scratch, w.kind), w) is None:
                 shutil.rmtree(scratch)
         resuming = scratch.exists()
         if records.has_log(path):
@@ -158,9 +158,9 @@ class _Tuner:
                     w.key, ops, "cached", s["trials"], s["best_us"], s["hand_us"], s["hand_designs"], s["note"]
                 )
             else:
-                records.seed_scratch(path)
+                records.seed_scratch(path, w)
         scratch.mkdir(parents=True, exist_ok=True)
-        db = records.open_db(scratch, w.kind, create=True)
+        db = records.open_scratch(scratch, w.kind)
         prior = len(db)  # what an interrupted run recorded: its hand record, the knob grid, search candidates
         self.runner.f_alloc_argument = functools.partial(measure.alloc_arguments, w.index_values)
         self.runner.alloc_repeat = (
@@ -198,7 +198,7 @@ class _Tuner:
         }
         if w.kind == "cuda":  # the same record compiles to other kernels by release (docs/design.md)
             summary["compiler"] = cuda_compiler()
-        records.prune(path, w.kind, chosen)
+        records.prune(path, w, chosen)
         records.write_summary(path, summary)
         shutil.rmtree(scratch)
         return result

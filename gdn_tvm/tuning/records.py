@@ -1,6 +1,11 @@
 """Tuning-log folders: validation (a corrupt or foreign log is an error naming the file, and the line or field where
 that helps), pruning to the best record, the strict lookup `make build` applies, and the per-workload summary.
 
+A pruned log holds its record as MetaSchedule writes it and, in place of MetaSchedule's workload table, the structural
+hash of the workload it was tuned for: the IRModule is the op's definition (`Workload.mod`), rebuilt from the code,
+and a log whose hash is not that module's is of another definition. While a workload is tuned, its scratch database
+is MetaSchedule's JSON database, workload table included.
+
 A log is checked in Python before TVM reads it, for the structure MetaSchedule writes: TVM's readers trust their
 input (a trace decision's index is written to unchecked, a null where they expect an object is dereferenced, an
 IRModule graph's node indices are followed without a cycle check, a length prefix is allocated as given), so a
@@ -15,20 +20,23 @@ import hashlib
 import json
 import lzma
 import math
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm_ffi import core as ffi_core
 
 from gdn_tvm.tuning.workload import Workload
 
-WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database: the workload table
-PACKED = WORKLOADS + ".xz"  # ... as a pruned log keeps it: serialised IRModules shrink ~20x, the repo stays small
+WORKLOADS = "database_workload.json"  # MetaSchedule's JSON database (a scratch database): the workload table
 RECORDS = "database_tuning_record.json"  # ... and the tuning records
-PACKED_RECORDS = RECORDS + ".xz"  # ... packed too in a pruned log (a trace shrinks ~4x)
+PACKED_RECORDS = RECORDS + ".xz"  # ... as a pruned log keeps them (a trace shrinks ~4x)
+HASH = "workload_hash.json"  # a pruned log's workload: {"structural_hash": <the hash of Workload.mod>}
+HASH_FIELD = "structural_hash"
 SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run, CUDA compiler
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
 # summary.json's fields and their types, as the tuner writes them ("compiler" for CUDA only). They report the last
@@ -67,14 +75,20 @@ def folder(root: str | Path, w: Workload) -> Path:
 
 
 def has_log(path: Path) -> bool:
-    return any((path / name).exists() for name in (RECORDS, PACKED_RECORDS, WORKLOADS, PACKED))
+    """Whether `path` holds a pruned log, or part of one (a record file or the workload hash)."""
+    return any((path / name).exists() for name in (RECORDS, PACKED_RECORDS, HASH))
 
 
-def stored(path: Path, name: str) -> Path:
-    """The file that holds table `name` (`WORKLOADS` or `RECORDS`) in the log folder `path`: packed (`.xz`) where
-    that exists, else as MetaSchedule writes it."""
-    packed = path / (name + ".xz")
-    return packed if packed.exists() else path / name
+def record_file(path: Path) -> Path:
+    """The record file of the log folder `path`: packed (`.xz`) where that exists, else as MetaSchedule writes it."""
+    packed = path / PACKED_RECORDS
+    return packed if packed.exists() else path / RECORDS
+
+
+def structural_hash(w: Workload) -> int:
+    """The hash of `w.mod` that a pruned log stores; MetaSchedule's database matches workloads by it too. It is
+    tvm_ffi's, pinned with TVM: a release that hashed otherwise would read every log as of another definition."""
+    return tvm_ffi.structural_hash(w.mod)
 
 
 def mean_us(record: ms.database.TuningRecord) -> float:
@@ -82,46 +96,55 @@ def mean_us(record: ms.database.TuningRecord) -> float:
     return sum(secs) / len(secs) * 1e6
 
 
-def open_db(path: Path, kind: str, *, create: bool = False) -> ms.database.Database:
-    """The database in `path`, checked first: `TuningLogError` naming the file (and line) if a file is missing,
-    unreadable or empty, a line is not what MetaSchedule writes, a record was tuned for a target kind other than
-    `kind`, or TVM cannot load a line. A log (its workload table packed or not) opens read-only, in memory; with
-    `create`, a scratch database: MetaSchedule's JSON database in `path`, created if missing, that commits append to."""
-    workloads, records = _tables(path, kind, create)
-    if not create:
-        return _load(path, workloads, records)
+def open_db(path: Path, w: Workload) -> ms.database.MemoryDatabase:
+    """The pruned log of `w` in `path` as a read-only database, checked first: `TuningLogError` naming the file (and
+    line or field) if a file is missing, unreadable or empty, the hash file is not `{"structural_hash": <int>}`, a
+    record line is not what MetaSchedule writes or was tuned for a target kind other than `w.kind`, or TVM cannot
+    load it. The database holds `w.mod` and the log's records if the log's hash is `w.mod`'s, else nothing (a log
+    of another definition of the op)."""
+    for file in (path / HASH, record_file(path)):
+        if not file.exists():
+            raise TuningLogError(f"{file}: missing (a tuning log holds {HASH} and {RECORDS}, that may be .xz)")
+    shash = _read_hash(path / HASH)
+    lines = _check_lines(record_file(path), lambda line: _check_record_line(line, 1, w.kind))
+    if not lines:
+        raise TuningLogError(f"{record_file(path)}: empty (a tuning log holds a record)")
+    return _load(path, w, lines) if shash == structural_hash(w) else ms.database.MemoryDatabase()
+
+
+def open_scratch(path: Path, kind: str) -> ms.database.JSONDatabase:
+    """The scratch database in `path`: MetaSchedule's JSON database, created if missing, that commits append to;
+    checked first: `TuningLogError` naming the file and line if a line is not what MetaSchedule writes or a record
+    was tuned for a target kind other than `kind`, or naming `path` if TVM cannot load the database."""
+    workloads = _check_lines(path / WORKLOADS, _check_workload_line)
+    _check_lines(path / RECORDS, lambda line: _check_record_line(line, len(workloads), kind))
     try:
         return ms.database.JSONDatabase(work_dir=str(path), allow_missing=True)
     except Exception as err:  # TVM raises its C++ errors as Python exceptions of several types
         raise TuningLogError(f"{path}: MetaSchedule cannot load the database: {_reason(err)}") from err
 
 
-def _tables(path: Path, kind: str, create: bool) -> tuple[list, list]:
-    """The lines of the workload table and of the record file in `path`, parsed and checked; a file that a scratch
-    database (`create`) has yet to write counts as empty."""
-    table, records = stored(path, WORKLOADS), stored(path, RECORDS)
-    if not create:
-        for file in (table, records):
-            if not file.exists():
-                raise TuningLogError(f"{file}: missing (a tuning log holds {RECORDS} and {WORKLOADS}, each may be .xz)")
-    workloads = _check_lines(table, _check_workload_line)
-    lines = _check_lines(records, lambda line: _check_record_line(line, len(workloads), kind))
-    if not (lines or create):
-        raise TuningLogError(f"{records}: empty (a tuning log holds a record)")
-    return workloads, lines
+def _read_hash(file: Path) -> int:
+    """The structural hash in the hash file `file`; `TuningLogError` naming it if it is not `{HASH_FIELD: <int>}`."""
+    try:
+        value = _parse(_read(file))
+        _require(
+            isinstance(value, dict) and value.keys() == {HASH_FIELD} and _is_index(value[HASH_FIELD], 2**64),
+            f'expected {{"{HASH_FIELD}": <an integer in [0, 2**64)>}}',
+        )
+    except (ValueError, RecursionError) as err:
+        raise TuningLogError(f"{file}: unreadable ({err})") from None
+    return value[HASH_FIELD]
 
 
-def _load(path: Path, workloads: list, records: list) -> ms.database.MemoryDatabase:
-    """The checked lines loaded by TVM one at a time into a read-only database; `TuningLogError` naming the line
-    TVM rejects (an IRModule that does not deserialise, a trace that does not replay on it, a target TVM refuses)."""
+def _load(path: Path, w: Workload, records: list) -> ms.database.MemoryDatabase:
+    """`w.mod` and the checked record lines of the log in `path`, loaded by TVM one at a time into a read-only
+    database; `TuningLogError` naming the line TVM rejects (a trace that does not replay, a target TVM refuses)."""
     db = ms.database.MemoryDatabase()
-    loaded = []
-    for i, line in enumerate(workloads, 1):
-        with _named(stored(path, WORKLOADS), i, "the IRModule does not deserialise"):
-            loaded.append(db.commit_workload(ms.database.Workload.from_json(line).mod))
-    for i, (index, record) in enumerate(records, 1):
-        with _named(stored(path, RECORDS), i, "MetaSchedule cannot load the record"):
-            db.commit_tuning_record(ms.database.TuningRecord.from_json(record, loaded[index]))
+    workload = db.commit_workload(w.mod)
+    for i, (_, record) in enumerate(records, 1):
+        with _named(record_file(path), i, "MetaSchedule cannot load the record"):
+            db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
     return db
 
 
@@ -341,14 +364,14 @@ def lookup(root: str | Path, w: Workload) -> Found:
     if not has_log(path):
         raise MissingRecordError(f"no tuning record for workload {w.key} (op {w.op.name}): no log in {path}")
     compiler = read_summary(path).get("compiler") if (path / SUMMARY).exists() else None
-    db = open_db(path, w.kind)
+    db = open_db(path, w)
     if not db.has_workload(w.mod):
         raise MissingRecordError(
-            f"no tuning record for workload {w.key} (op {w.op.name}): {stored(path, WORKLOADS)} holds another "
+            f"no tuning record for workload {w.key} (op {w.op.name}): {path / HASH} holds another "
             "definition (the op changed since it was tuned; re-tune it with --force)"
         )
     record = best(db, w)
-    file = stored(path, RECORDS)
+    file = record_file(path)
     if record is None:
         raise TuningLogError(f"{file}: no usable record of {w.key} (each failed or has an empty trace)")
     digest = hashlib.sha256(_read(file).encode()).hexdigest()[:16]  # of the text: packed or not
@@ -363,37 +386,48 @@ def replay(record: ms.database.TuningRecord, w: Workload, log: Path) -> s_tir.Sc
     try:
         record.trace.apply_to_schedule(sch, remove_postproc=False)
     except Exception as err:  # a schedule error of any primitive in the trace
-        raise TuningLogError(f"{stored(log, RECORDS)}: the trace does not replay on {w.op.name}: {err}") from err
+        raise TuningLogError(f"{record_file(log)}: the trace does not replay on {w.op.name}: {err}") from err
     return sch
 
 
-def prune(path: Path, kind: str, record: ms.database.TuningRecord) -> None:
-    """Replace the log in `path` by `record`, both tables packed."""
-    drop(path)
-    out = open_db(path, kind, create=True)
-    out.commit_tuning_record(
-        ms.database.TuningRecord(
-            record.trace, out.commit_workload(record.workload.mod), record.run_secs, record.target, record.args_info
+def prune(path: Path, w: Workload, record: ms.database.TuningRecord) -> None:
+    """Replace the log in `path` by `record`, a record of `w`: its line as MetaSchedule writes it, packed, and the
+    structural hash of `w.mod`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = ms.database.JSONDatabase(work_dir=tmp, allow_missing=True)
+        out.commit_tuning_record(
+            ms.database.TuningRecord(
+                record.trace, out.commit_workload(w.mod), record.run_secs, record.target, record.args_info
+            )
         )
-    )
-    for name in (WORKLOADS, RECORDS):
-        (path / (name + ".xz")).write_bytes(lzma.compress((path / name).read_bytes(), preset=9))
-        (path / name).unlink()
+        line = (Path(tmp) / RECORDS).read_bytes()
+    drop(path)
+    (path / PACKED_RECORDS).write_bytes(lzma.compress(line, preset=9))
+    write_hash(path, w)
 
 
 def drop(path: Path) -> None:
-    """Delete the pruned log in `path` (records, workload table, summary); a scratch database stays."""
-    for name in (WORKLOADS, RECORDS, PACKED, PACKED_RECORDS, SUMMARY):
+    """Delete the pruned log in `path` (records, workload hash, summary); a scratch database stays."""
+    for name in (RECORDS, PACKED_RECORDS, HASH, SUMMARY):
         (path / name).unlink(missing_ok=True)
 
 
-def seed_scratch(path: Path) -> None:
-    """Start a scratch database from the pruned log (so a forced re-tune keeps the best of old and new)."""
+def seed_scratch(path: Path, w: Workload) -> None:
+    """Start a scratch database from the pruned log of `w` in `path` (so a forced re-tune keeps the best of old and
+    new): the workload table of `w.mod` and the log's record file, whose workload index 0 is that one workload. A
+    scratch database already begun is left as it is."""
     scratch = path / SCRATCH
+    if (scratch / WORKLOADS).exists() or (scratch / RECORDS).exists():
+        return
+    lines = _read(record_file(path))
     scratch.mkdir(parents=True, exist_ok=True)
-    for name in (WORKLOADS, RECORDS):
-        if stored(path, name).exists() and not (scratch / name).exists():
-            (scratch / name).write_bytes(_read(stored(path, name)).encode())
+    ms.database.JSONDatabase(work_dir=str(scratch), allow_missing=True).commit_workload(w.mod)
+    (scratch / RECORDS).write_text(lines)
+
+
+def write_hash(path: Path, w: Workload) -> None:
+    """The hash file of a log of `w` in `path`: `{"structural_hash": <the hash of w.mod>}`."""
+    (path / HASH).write_text(json.dumps({HASH_FIELD: structural_hash(w)}) + "\n")
 
 
 def write_summary(path: Path, summary: dict) -> None:
