@@ -510,7 +510,13 @@ def cuda_layout(
         )
     )
     if rows_per_thread is None:
-        rows_per_thread = (2 if swiglu else 4) if cfg.batch >= MANY_LANES else PROLOGUE_ROWS[prologue][1] if wide else 1
+        rows_per_thread = (
+            math.gcd(n_rows, 2 if swiglu else 4)  # as many as divide the rows (a vocabulary of odd size: 1)
+            if cfg.batch >= MANY_LANES
+            else PROLOGUE_ROWS[prologue][1]
+            if wide
+            else 1
+        )
     if rows is None and wide:
         rows = PROLOGUE_ROWS[prologue][0]
     elif rows is None:

@@ -116,6 +116,14 @@ def test_cuda_default_layout(proj, batch, layout):
     assert cuda_layout(_cfg(batch), proj) == layout
 
 
+def test_cuda_default_layout_of_an_odd_vocabulary():
+    """From 8 lanes a thread takes 4 rows where they divide N; an LM head of 4,099 rows takes one."""
+    cfg = _cfg(16).replace(vocab_size=4099)
+    rows, _, _, _, per_thread = cuda_layout(cfg, "lm_head")
+    assert (rows, per_thread) == (1, 1)
+    assert cuda_layout(cfg.replace(vocab_size=4100), "lm_head")[4] == 4
+
+
 @pytest.mark.parametrize(
     "model, proj, prologue, swiglu, layout",
     [

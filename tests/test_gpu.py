@@ -246,5 +246,6 @@ def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
         logits = [model.logits.numpy() for model in models]
         assert np.array_equal(events[1], events[2]) and np.array_equal(logits[1], logits[2]), f"step {step}"
         assert np.array_equal(events[0], events[1]), f"step {step}: tokens differ from llvm"
-        assert_close(logits[1], logits[0], tol, f"step {step} logits")
+        live = slice(len(requests[:batch]))  # a lane never started keeps whatever its buffers held (skipped, slot -1)
+        assert_close(logits[1][live], logits[0][live], tol, f"step {step} logits")
     assert all(not model._lane_slot for model in models), "every request finished"
