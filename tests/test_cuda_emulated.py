@@ -119,6 +119,21 @@ def test_delta_rule_knob_grid_is_refused_or_right(name, state_dtype, rng):
     assert right == len(knob_grid(op, "cuda")), "a design of the grid was refused at a shape every design fits"
 
 
+@pytest.mark.parametrize(
+    ("name", "batch", "changes"),
+    [
+        ("gemv_in_proj_b", 8, {"weight_dtype": "bfloat16"}),  # SMALL_LANES: a warp a row, one row a CTA
+        ("gemv_out_proj", 4, {"weight_dtype": "bfloat16"}),  # the same, 1,024 CTAs
+        ("gemv_lm_head", 16, {"vocab_size": 4099, "hidden": 256}),  # 8+ lanes, rows a thread dividing N: 1
+    ],
+)
+def test_batched_gemv_defaults_match_reference(name, batch, changes, rng):
+    """The default CUDA layouts of the batched GEMVs the step keeps beside its library GEMMs (4-15 lanes, small
+    weights), and of a GEMV whose rows 4 do not divide, against the reference."""
+    op, cfg = OPS[name], CASES["0.8b-B1"].replace(batch=batch, slots=batch, **changes)
+    check_kernel_against_reference(op, cfg, emulated(op, cfg, *lower(op.schedule(cfg, "cuda").mod)), rng)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_swiglu_knob_grid_is_refused_or_right(dtype, rng):
     """Every design of the GEMV knob grid on the SwiGLU variant (what the tuner measures) matches the reference, or
