@@ -40,7 +40,8 @@ MANY_LANES = 8  # from this many lanes on, each weight element feeds enough mult
 # 64-256 threads a row where it differed (the other 2 were won by near neighbours).
 WIDE_ROWS = 16
 # From SMALL_LANES[0] to SMALL_LANES[1] - 1 lanes, a plain projection of fewer than SMALL_WEIGHTS weights (those a step
-# keeps as GEMVs beside its library GEMMs, `plan.LIBRARY_GEMM_MIN_WEIGHT`) takes one row a CTA and a warp a row (x
+# keeps as GEMVs beside its library GEMMs: `plan.library_gemms`' bounds, which schedules may not import; a test holds
+# them equal) takes one row a CTA and a warp a row (x
 # from L2, no stage). H200, bf16 (h200_sweeps_gemv_small.jsonl.xz: 48 CUDA-core designs at B=4 and 8 of qwen3.5-0.8b
 # down, out_proj, in_proj_z, in_proj_b, k_proj and -4b in_proj_b, k_proj): 1.00-1.28x the best design of each of the
 # 14, where the layout above was 1.00-2.22x (4b in_proj_b at B=8: 3.74 us best, 4.30 this, 8.28 before).

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from conftest import F32, check_kernel_against_reference, cuda_source
 from cuda_emu import lower
-from gdn_tvm.schedules.gemv import cuda_layout
+from gdn_tvm.schedules.gemv import SMALL_LANES, SMALL_WEIGHTS, cuda_layout
 from tvm.support import nvcc
 
+from gdn_tvm import plan
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
@@ -114,6 +115,12 @@ def test_swiglu_is_one_kernel_reading_gate_and_up_rows_16_bytes_a_load(case, dty
 )
 def test_cuda_default_layout(proj, batch, layout):
     assert cuda_layout(_cfg(batch), proj) == layout
+
+
+def test_small_gemv_bounds_are_the_library_gemm_bounds():
+    """The small-weight layout is for the GEMVs a step keeps beside its library GEMMs: the same lanes and weights."""
+    assert SMALL_LANES == (plan.LIBRARY_GEMM_MIN_LANES, plan.LIBRARY_GEMM_LANES)
+    assert SMALL_WEIGHTS == plan.LIBRARY_GEMM_MIN_WEIGHT
 
 
 def test_cuda_default_layout_of_an_odd_vocabulary():

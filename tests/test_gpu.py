@@ -221,9 +221,9 @@ MODEL_GPU = DecodeConfig(preset("qwen3.5-0.8b"), batch=3, slots=5, max_len=160, 
 def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
     """Three requests (greedy and sampled, different prompt lengths and budgets, on slots 4, 0, 2; B = 1: the first,
     on slot 4, through the plan with `fusions.block_stages`; at bf16 B = 16: the projections as cuBLAS GEMMs, B = 4: the
-    larger ones, qkv, gate|up, q and the LM head) decoded
-    by the CUDA model eagerly and replayed, and by the llvm model (checked against transformers in CI): replay
-    bit-identical to eager, the same tokens as llvm, logits within the op tolerance of llvm's at every step."""
+    larger ones, qkv, gate|up, q and the LM head) decoded by the CUDA model eagerly and replayed, and by the llvm model
+    (checked against transformers in CI): replay bit-identical to eager, the same tokens as llvm, logits within the op
+    tolerance of llvm's at every step."""
     cfg = MODEL_GPU.replace(weight_dtype=dtype, kv_dtype=dtype, batch=batch, slots=max(batch, MODEL_GPU.slots))
     weights = random_model_weights(cfg.model, rng)
     ops = model_plan(cfg).ops
