@@ -49,11 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", action="store_true", help="only the whole-model benchmark's builds, under OUT/model")
     p.add_argument("--cases", nargs="+", default=MODEL_CASES, help="with --model: these PRESET:BATCH cases")
     p.add_argument("--library-lanes", type=int, help="with --model: library GEMMs from N lanes (a crossover sweep)")
-    p.add_argument(
-        "--prefetch-mib",
-        type=float,
-        help="with --model: kernels launched programmatically, prefetching up to this many MiB of each weight",
-    )
     add_dtype_arguments(p)
     args = p.parse_args(argv)
     if args.model:
@@ -61,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in args.cases:
             name, batch = case.split(":")
             cfg = model_config(name, int(batch))
-            prefetch = None if args.prefetch_mib is None else int(args.prefetch_mib * 2**20)
-            build(cfg, cuda(), args.work_dir, f"{args.out}/model", True, model_ops(cfg), prefetch_bytes=prefetch)
+            build(cfg, cuda(), args.work_dir, f"{args.out}/model", allow_hand=True, names=model_ops(cfg))
         return 0
     stored = dtypes(args)
     steps = [(cfg, step_ops(cfg)) for cfg in (step_config(p, b) for p in STEP_PRESETS for b in STEP_BATCHES)]

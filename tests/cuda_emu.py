@@ -7,8 +7,7 @@ kernel argument is, grid and block extents). `launcher` compiles that source wit
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
-models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups: `_rewrite_asm`; the scheduling hints of
-programmatic dependent launch are no-ops); any other stops the build
+models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups: `_rewrite_asm`); any other stops the build
 with `NotEmulated`. A kernel's dynamic shared memory becomes a `__shared__` array of the size its launch gives it.
 """
 
@@ -58,12 +57,6 @@ LDMATRIX = re.compile(r"ldmatrix\.sync\.aligned\.m8n8\.x([124])(\.trans)?\.share
 MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 CP_ASYNC = re.compile(r"cp\.async\.(?:ca|cg)\.shared(?:::cta)?\.global")
 WAIT_GROUP = re.compile(r"(\d+);")  # cp.async.wait_group's operand, a literal
-# Instructions that change when, not what (programmatic dependent launch, `codegen.pdl`): operands, constraints.
-SCHEDULING_HINTS = {
-    "griddepcontrol.wait": (";", [], []),
-    "griddepcontrol.launch_dependents": (";", [], []),
-    "prefetch.global.L2": ("[%0];", [], ["l"]),
-}
 
 
 class NotEmulated(Exception):
@@ -280,11 +273,6 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
     asm statement's outputs and inputs (constraint and parenthesised C++ expression each)."""
     if instruction == "cp.async.commit_group" and (operands, outputs, inputs) == (";", [], []):
         return "emu::cp_async_commit_group();"
-    if (
-        instruction in SCHEDULING_HINTS
-        and (operands, [c for c, _ in outputs], [c for c, _ in inputs]) == (SCHEDULING_HINTS[instruction])
-    ):
-        return ";"  # launches run one after another here; a prefetch only warms a cache
     if instruction == "cp.async.wait_group" and WAIT_GROUP.fullmatch(operands) and not (outputs or inputs):
         return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
     ldmatrix, cp_async = LDMATRIX.fullmatch(instruction), CP_ASYNC.fullmatch(instruction)

@@ -9,13 +9,11 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.pipeline import default_s_tir_pipeline
 
-from gdn_tvm.codegen import pdl
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.registry import IN_PLACE_ATTR, Op, get, workload_groups
 from gdn_tvm.runtime.kernel import Kernel
 from gdn_tvm.target import device_of
 
-DEFAULT_PIPELINE = "gdn_tvm_default"
 IN_PLACE_PIPELINE = "gdn_tvm_in_place"
 WARP_PIPELINE = "gdn_tvm_warp_memory"
 MAX_WARP_BUFFERS = 16  # LowerWarpMemory rounds a module may need (one per warp buffer): a bound, not a guess
@@ -28,23 +26,11 @@ def _drop_no_alias(func, _mod, _ctx):
     return func.with_attr("tirx.noalias", False)
 
 
-def _default_pipeline(**kwargs):
-    pipeline, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
-
-    def device_passes():
-        return tvm.ir.transform.Sequential([finalize_device(), pdl.programmatic_launch])
-
-    return pipeline, finalize_host, device_passes
-
-
-tirx.register_tir_pipeline(DEFAULT_PIPELINE, _default_pipeline)
-
-
 def _in_place_pipeline(**kwargs):
     pipeline, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
 
     def device_passes():
-        return tvm.ir.transform.Sequential([finalize_device(), _drop_no_alias, pdl.programmatic_launch])
+        return tvm.ir.transform.Sequential([finalize_device(), _drop_no_alias])
 
     return pipeline, finalize_host, device_passes
 
@@ -69,7 +55,7 @@ def _warp_pipeline(**kwargs):
     pipeline, finalize_host, finalize_device = default_s_tir_pipeline(**kwargs)
 
     def device_passes():
-        return tvm.ir.transform.Sequential([_lower_every_warp_buffer, finalize_device(), pdl.programmatic_launch])
+        return tvm.ir.transform.Sequential([_lower_every_warp_buffer, finalize_device()])
 
     return pipeline, finalize_host, device_passes
 
@@ -107,16 +93,15 @@ def _warp_context() -> tvm.transform.PassContext:
 
 def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
     """`tvm.compile` inside the target's scope (the CUDA compile callback reads `Target.current()`),
-    without no-alias assumptions for in-place kernels; CUDA kernels of functions marked by `pdl.mark` built for
-    programmatic dependent launch.
+    without no-alias assumptions for in-place kernels.
 
     A CUDA build without device code is refused: TVM compiles a function whose loops bind no GPU threads for the
     host, and calling it on device pointers segfaults (dlight leaves what no rule fits unscheduled)."""
     warp = uses_warp_memory(mod)
     if warp and is_in_place(mod):
         raise ValueError("an in-place kernel with warp memory: no pipeline builds both")
-    pipeline = WARP_PIPELINE if warp else IN_PLACE_PIPELINE if is_in_place(mod) else DEFAULT_PIPELINE
-    with target, _warp_context() if warp else contextlib.nullcontext(), pdl.planned(mod):
+    pipeline = WARP_PIPELINE if warp else IN_PLACE_PIPELINE if is_in_place(mod) else "default"
+    with target, _warp_context() if warp else contextlib.nullcontext():
         ex = tvm.compile(mod, target=target, tir_pipeline=pipeline)
     if target.kind.name == "cuda" and not any(m.kind == "cuda" for m in ex.mod.imports):
         raise ValueError(

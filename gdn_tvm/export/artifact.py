@@ -28,7 +28,7 @@ import tvm
 from tvm import tirx
 
 from gdn_tvm import naming
-from gdn_tvm.codegen import cuda_stub, pdl
+from gdn_tvm.codegen import cuda_stub
 from gdn_tvm.codegen.compile import dlight_schedule
 from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
@@ -109,11 +109,9 @@ def build(
     names: Sequence[str] | None = None,
     echo: Callable[[str], None] = print,
     dlight: bool = False,
-    prefetch_bytes: int | None = None,
 ) -> Path:
     """Build and export every op of `names` (default: the ops a step launches, `plan.step_ops`; with `dlight`: those
-    dlight schedules); returns the manifest's path. `prefetch_bytes` (CUDA): every kernel built for programmatic
-    dependent launch, prefetching up to that many bytes of each of its weights into L2 first (`codegen.pdl`)."""
+    dlight schedules); returns the manifest's path."""
     kind = target.kind.name
     names = step_ops(cfg) if names is None else names
     libraries = [] if dlight else [name for name in names if not get(name).compiled(kind)]
@@ -128,8 +126,7 @@ def build(
     folder = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
     folder.mkdir()
     try:
-        so, stub = folder / f"{final.name}.so", Path(out) / "cuda_stub"
-        manifest = _export(cfg, target, scheduled, libraries, so, stub, prefetch_bytes)
+        manifest = _export(cfg, target, scheduled, libraries, folder / f"{final.name}.so", Path(out) / "cuda_stub")
         _move_into_place(folder, final)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
@@ -158,17 +155,11 @@ def _export(
     libraries: list[str],
     library: Path,
     stub: Path,
-    prefetch_bytes: int | None,
 ) -> dict:
     """Compile `scheduled` into `library` and write the manifest beside it, listing the ops of `libraries` as the
     library calls they are on the target (`Op.library`); returns the manifest."""
     kind = target.kind.name
-    if prefetch_bytes is not None and kind != "cuda":
-        raise ValueError(f"programmatic dependent launch is for CUDA builds, not {kind}")
-    funcs = {s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled}
-    if prefetch_bytes is not None:
-        funcs = {name: pdl.mark(f, get(name).signature(cfg), prefetch_bytes) for name, f in funcs.items()}
-    mod = tvm.IRModule(funcs)
+    mod = tvm.IRModule({s.name: s.func.with_attr("global_symbol", s.name) for s in scheduled})
     manifest: dict = {
         "format": FORMAT,
         "key": naming.build(cfg, kind),
@@ -177,7 +168,6 @@ def _export(
         "library": library.name,
         "config": dataclasses.asdict(cfg),
         "target_json": json.loads(str(target)),  # str(Target) is its JSON
-        "programmatic_launch": None if prefetch_bytes is None else {"prefetch_bytes": prefetch_bytes},
     }
     if kind == "cuda" and not tvm.runtime.enabled("cuda"):
         manifest["cuda_compile"] = cuda_compiler(cuda_stub.export_with_stub(mod, target, library, stub))
