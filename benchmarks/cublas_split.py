@@ -1,7 +1,7 @@
 """cuBLAS over an activation split into two bf16 rows against one bf16 row, at qwen3.5 GEMM shapes (a GPU and
 PyTorch needed; no TVM): the measurement behind `plan.Fusions.library_gemm` (`runtime.cublas`).
 
-python -m benchmarks.cublas_split > cublas_split.jsonl
+python -m benchmarks.cublas_split [--cases PRESET:B ...] [--projections P ...] > cublas_split.jsonl
 Per preset, lanes B and projection: median microseconds of `cublasGemmEx` (bf16 weights, float32 accumulation and
 output; through ctypes, as the runtime calls it) on x rounded to bf16 ([B, K]) and on x split into high and low bf16
 rows ([2B, K], the halves summed after), and of PyTorch's bf16 `linear` (cuBLAS, bf16 out), each graph-replayed over
@@ -10,6 +10,7 @@ enough weight copies that L2 does not hold them; the relative L-inf error of eac
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import json
 
@@ -94,10 +95,15 @@ def measure(gemm: _Gemm, name: str, batch: int, proj: str) -> dict:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", nargs="+", default=[f"{n}:{b}" for n, b in CASES], help="PRESET:B")
+    p.add_argument("--projections", nargs="+", default=PROJECTIONS, help="`ModelConfig.projections` names")
+    args = p.parse_args()
     gemm = _Gemm()
-    for name, batch in CASES:
-        for proj in PROJECTIONS:
-            print(json.dumps(measure(gemm, name, batch, proj)), flush=True)
+    for case in args.cases:
+        name, batch = case.split(":")
+        for proj in args.projections:
+            print(json.dumps(measure(gemm, name, int(batch), proj)), flush=True)
 
 
 if __name__ == "__main__":
