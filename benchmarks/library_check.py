@@ -1,6 +1,7 @@
 """The library GEMMs of prebuilt CUDA model builds on the GPU, with the TVM runtime alone: each `gemm_<proj>`
-(cuBLAS, `runtime.cublas`) after its `split_bf16_<width>`, and `swiglu`, against the float64 reference on fresh
-random inputs, called eagerly and replayed in a CUDA graph; prints a JSON line per op.
+(cuBLAS, `runtime.cublas`; a stacked projection's into an output a part) after its `split_bf16_<width>`, and
+`swiglu`, against the float64 reference on fresh random inputs, called eagerly and replayed in a CUDA graph; prints a
+JSON line per op.
 
 python -m benchmarks.library_check --library build/bench/model --cases qwen3.5-0.8b:32 qwen3.5-4b:128
 (`benchmarks.prebuild --model` makes the builds.) A GEMM passes within 1e-4 relative with its split bit-exact.
@@ -33,6 +34,11 @@ def nan_tensor(shape: tuple[int, ...], dtype, dev) -> tvm.runtime.Tensor:
     return tvm.runtime.tensor(np.full(shape, np.nan, dtype), dev)
 
 
+def joined(ys: dict[str, tvm.runtime.Tensor]) -> np.ndarray:
+    """The outputs side by side: the whole projection's [B, N]."""
+    return np.concatenate([y.numpy() for y in ys.values()], axis=1)
+
+
 def check_case(root: str, case: str, rng: np.random.Generator) -> None:
     name, batch = case.split(":")
     cfg = model_config(name, int(batch))
@@ -42,32 +48,36 @@ def check_case(root: str, case: str, rng: np.random.Generator) -> None:
         if not op.startswith("gemm_"):
             continue
         N, K = next(a.shape for a in kernel.signature if a.name == "w")
+        outs = [a for a in kernel.signature if a.role == "out"]  # y, or a stacked projection's parts
         split = kernels[splits[K]]
         x = rng.standard_normal((B, K)).astype(np.float32)
         w = (rng.standard_normal((N, K)) * K**-0.5).astype(ml_dtypes.bfloat16)
-        xs_ref, y_ref = np.empty((2, B, K)), np.empty((B, N))
+        xs_ref, refs = np.empty((2, B, K)), {a.name: np.empty(a.shape) for a in outs}
         split_reference(x.astype(np.float64), xs_ref)
-        gemm_reference(w.astype(np.float64), xs_ref, y_ref)
+        gemm_reference(w.astype(np.float64), xs_ref, **refs)
+        y_ref = np.concatenate(list(refs.values()), axis=1)
         xt, wt = tvm.runtime.tensor(x, dev), tvm.runtime.tensor(w, dev)
-        xs, y = nan_tensor((2, B, K), ml_dtypes.bfloat16, dev), nan_tensor((B, N), np.float32, dev)
+        xs = nan_tensor((2, B, K), ml_dtypes.bfloat16, dev)
+        ys = {a.name: nan_tensor(a.shape, np.float32, dev) for a in outs}
         split(x=xt, xs=xs)
-        kernel(w=wt, xs=xs, y=y)
+        kernel(w=wt, xs=xs, **ys)
         dev.sync()
         exact = bool((xs.numpy().astype(np.float64) == xs_ref).all())
-        eager = rel(y.numpy(), y_ref)
-        y.copyfrom(np.full((B, N), np.nan, np.float32))
+        eager = rel(joined(ys), y_ref)
+        for a in outs:
+            ys[a.name].copyfrom(np.full(a.shape, np.nan, np.float32))
 
-        def step(split=split, kernel=kernel, xt=xt, wt=wt, xs=xs, y=y) -> None:
+        def step(split=split, kernel=kernel, xt=xt, wt=wt, xs=xs, ys=ys) -> None:
             split.launch({"x": xt, "xs": xs})
-            kernel.launch({"w": wt, "xs": xs, "y": y})
+            kernel.launch({"w": wt, "xs": xs, **ys})
 
         graph = CudaGraph(step, 2)
         graph.replay()
         dev.sync()
-        replayed = rel(y.numpy(), y_ref)
+        replayed = rel(joined(ys), y_ref)
         row = {"case": case, "op": op, "split": splits[K], "split_bit_exact": exact, "rel_err_eager": eager}
         product = x.astype(np.float64) @ w.astype(np.float64).T  # of float32 x: what the split keeps to ~4e-6
-        row |= {"rel_err_graph": replayed, "rel_err_vs_float32_x": rel(y.numpy(), product)}
+        row |= {"rel_err_graph": replayed, "rel_err_vs_float32_x": rel(joined(ys), product)}
         print(json.dumps(row | {"pass": exact and max(eager, replayed) <= TOL}), flush=True)
     if "swiglu" in kernels:
         width = cfg.model.intermediate_size

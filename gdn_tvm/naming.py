@@ -18,7 +18,7 @@ from gdn_tvm.config import DTYPE_FIELDS, DTYPES, DecodeConfig
 ABBREV = {
     "batch": "B", "slots": "S", "max_len": "L", "split_len": "sl", "n_splits": "n", "hidden": "h", "conv_dim": "C",
     "n_q_heads": "Hq", "n_kv_heads": "Hkv", "n_k_heads": "Hk", "n_v_heads": "Hv", "head_k_dim": "Dk",
-    "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "n_rot": "rot", "rope_theta": "theta",
+    "head_v_dim": "Dv", "head_dim": "D", "conv_kernel": "Kc", "parts": "p", "n_rot": "rot", "rope_theta": "theta",
     "rms_norm_eps": "eps", "l2_norm_eps": "l2eps", "head_mapping": "", "rows": "N", "cols": "K",
     "vocab_size": "V", "intermediate_size": "I", "tie_word_embeddings": "tied",
     "weight_dtype": "w", "kv_dtype": "kv", "state_dtype": "st",

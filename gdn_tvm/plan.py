@@ -94,13 +94,20 @@ class Fusions:
       split rows takes 4b B=32 qkv 14.9 us and B=128 gate|up 39.1 where the tuned tensor-core GEMVs took 37.4 and
       ~360. Below 16 lanes (`h200_model_library_lanes.jsonl`) small weights fill too few cuBLAS tiles: at 0.8b B=8
       in_proj_z, out_proj and b/a run faster as GEMVs, the LM head, gate|up and qkv as GEMMs; at B=2 the GEMVs win
-      (4b 4.24 against 4.59 ms a token with every projection a GEMM)."""
+      (4b 4.24 against 4.59 ms a token with every projection a GEMM).
+    library_stacks: the `STACKED` projections whose first part is a library GEMM run as one library GEMM over the
+      stacked weight (`gemm_<stack>`), each part's columns into an output of its own. cuBLAS on the H200
+      (`h200_cublas_stacked.jsonl`, split rows, cold L2), us, the stack against its parts apart at B = 4 .. 128: the
+      GDN in_proj 7.5-10.7 against 19.2-22.8 (0.8b), 20.0-28.3 against 34.6-45.3 (4b); the attention qkv_proj 6.1-8.1
+      against 14.6-16.6, 17.2-24.9 against 27.3-35.9: a GEMM of a few rows (b, a: 16-32) costs as much as a large
+      one's ramp."""
 
     stacked: frozenset[str]
     gdn_stages: bool
     split_kv: bool
     block_stages: bool
     library_gemm: frozenset[str]
+    library_stacks: frozenset[str]
 
 
 def fusions(cfg: DecodeConfig) -> Fusions:
@@ -111,12 +118,14 @@ def fusions(cfg: DecodeConfig) -> Fusions:
         return all(4 * start % VIEW_ALIGN == 0 for start in starts)
 
     stacked = frozenset(name for name in STACKED if cfg.batch == 1 and aligned(name))
+    library = library_gemms(cfg)
     return Fusions(
         stacked=stacked,
         gdn_stages=cfg.batch == 1,
         split_kv=cfg.n_splits > 1,
         block_stages=cfg.batch == 1 and stacked == frozenset(STACKED),
-        library_gemm=library_gemms(cfg),
+        library_gemm=library,
+        library_stacks=frozenset(s for s, parts in STACKED.items() if parts[0] in library and s not in stacked),
     )
 
 
@@ -191,6 +200,7 @@ class _Builder:
         self.cfg, self.kind = cfg, kind
         self.fusions = fusions(cfg)
         self.stacked = stacked if stacked in self.fusions.stacked else ""
+        self.library_stack = stacked if stacked in self.fusions.library_stacks else ""
         self.buffers: dict[str, Buffer] = {}
         self.launches: list[Launch] = []
         self.weights: dict[str, Buffer] = {}
@@ -205,11 +215,12 @@ class _Builder:
             self.add("input_norm", (m.hidden,), "input", self.cfg.weight_dtype)
         self.add("slots", (B,), "input", "int32")
         self.add("positions", (B,), "input", "int32")
-        parts = STACKED.get(self.stacked, ())
+        stack = self.stacked or self.library_stack
+        parts = STACKED.get(stack, ())
         for name, shape in WEIGHTS[self.kind](m).items():
             self.weight(name, shape, buffer=name not in parts)
-        if self.stacked:
-            self.stack(self.stacked, parts, m.projections[self.stacked])
+        if stack:
+            self.stack(stack, parts, m.projections[stack])
 
     def weight(self, name: str, shape: tuple[int, ...], buffer: bool = True) -> str:
         """Weight `name` taken by the plan (in its stored dtype); a buffer of its own unless part of a stack."""
@@ -267,13 +278,25 @@ class _Builder:
         self, outputs: Iterable[tuple[str, str, tuple[int, ...]]], norm_weight: str = "", **epilogue: str
     ) -> list[str]:
         """The layer's input projections, `(projection, output name, shape)` in `STACKED` order; returns the output
-        buffers. Stacked: row views of one GEMV's output row; else one GEMV into each. `epilogue` (the conv's
-        conv_weight, state, slots) goes to the GEMV producing the first output, which runs its `_conv` variant;
-        `norm_weight` (stacked only) makes the GEMV normalise x first (its `_rmsnorm` variant)."""
+        buffers. Stacked: row views of one GEMV's output row; a library stack: one library GEMM into all of them;
+        else one GEMV into each. `epilogue` (the conv's conv_weight, state, slots) goes to the GEMV producing the
+        first output, which runs its `_conv` variant; `norm_weight` (stacked only) makes the GEMV normalise x first
+        (its `_rmsnorm` variant)."""
         outputs = list(outputs)
         B, conv = self.cfg.batch, "_conv" if epilogue else ""
         if norm_weight and not self.stacked:
             raise ValueError(f"{self.kind} plan: an RMSNorm prologue needs the stacked input projection")
+        stack = self.stacked or self.library_stack
+        if stack and tuple(proj for proj, _, _ in outputs) != STACKED[stack]:
+            raise ValueError(f"{stack}: outputs {[p for p, _, _ in outputs]} are not {STACKED[stack]}")
+        if self.library_stack:
+            if epilogue:
+                raise ValueError(f"{self.kind} plan: a library GEMM takes no conv epilogue")
+            names = [self.act(name, *shape) for _, name, shape in outputs]
+            views = [self.view(y, B, math.prod(shape) // B) for (_, _, shape), y in zip(outputs, names, strict=True)]
+            parts = dict(zip(STACKED[stack], views, strict=True))
+            self.launch(f"gemm_{stack}", w=stack, xs=self.split("x", "hidden"), **parts)
+            return names
         if not self.stacked:
             names = []
             library = any(proj in self.fusions.library_gemm for proj, _, _ in outputs)
@@ -287,9 +310,6 @@ class _Builder:
                     self.gemv(proj, "x", flat, xs=xs)
                 names.append(y)
             return names
-        parts = STACKED[self.stacked]
-        if tuple(proj for proj, _, _ in outputs) != parts:
-            raise ValueError(f"{self.stacked}: outputs {[p for p, _, _ in outputs]} are not {parts}")
         whole = self.act(f"{self.stacked}_out", 1, self.cfg.model.projections[self.stacked][0])
         if norm_weight:
             epilogue = {"norm_weight": norm_weight, **epilogue}

@@ -16,7 +16,7 @@ from importlib import import_module
 from tvm import s_tir, tirx
 
 from gdn_tvm import naming
-from gdn_tvm.config import LIBRARY_GEMMS, SPLIT_WIDTHS, DecodeConfig
+from gdn_tvm.config import LIBRARY_GEMMS, SPLIT_WIDTHS, STACKED, DecodeConfig
 from gdn_tvm.signature import Arg
 
 TARGET_KINDS = ("llvm", "cuda")
@@ -107,7 +107,8 @@ def _split_sizes(cfg: DecodeConfig, width: str) -> dict[str, object]:
 
 def _gemm_sizes(cfg: DecodeConfig, proj: str) -> dict[str, object]:
     rows, cols = cfg.model.projections[proj]
-    return {"batch": cfg.batch, "rows": rows, "cols": cols}
+    parts = {"parts": len(STACKED[proj])} if proj in STACKED else {}
+    return {"batch": cfg.batch, "rows": rows, "cols": cols, **parts}
 
 
 def _entry(
@@ -222,7 +223,7 @@ _ENTRIES = [
     ),
     *(
         _entry("gemm", partial(_gemm_sizes, proj=proj), name=f"gemm_{proj}", key_name="gemm", proj=proj)
-        for proj in LIBRARY_GEMMS
+        for proj in (*LIBRARY_GEMMS, *STACKED)
     ),
     _entry("sample", _dims("batch", "vocab_size"), exact=True),
     _entry("argmax", _dims("batch", "vocab_size"), exact=True),

@@ -5,11 +5,12 @@ from __future__ import annotations
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.ops.gemm import outputs
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8) -> None:
-    """Rows of w in parallel; per row both halves of every lane, `vector`-wide partial sums along K in registers,
-    then the row's sums of the halves."""
+    """Rows of w in parallel; per row both halves of every lane, `vector`-wide partial sums along K in registers;
+    then each output's sums of the halves, its (lane, column) pairs in parallel."""
     blk = sch.get_sblock("gemm")
     *_, k = sch.get_loops(blk)
     _, kv = sch.split(k, factors=[None, vector])
@@ -21,4 +22,5 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8) -> 
     sch.set_scope(rf, 0, "local")
     sch.vectorize(kv)
     sch.decompose_reduction(rf, ko)
-    sch.reverse_compute_at(sch.get_sblock("sum"), n)
+    for name, _ in outputs(cfg, proj):
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))))

@@ -146,10 +146,12 @@ def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):
 
 
 # (lanes, LIBRARY_GEMM_MIN_WEIGHT, ops the plan must launch): every projection a library GEMM; from the fewer lanes
-# only the tiny model's larger ones (qkv, z, out_proj, gate|up, LM head), the rest GEMVs beside them.
+# only the tiny model's larger ones (qkv, z, out_proj, gate|up, LM head), the rest GEMVs beside them. Where the first
+# part of a stack is a library GEMM, the whole stack is one (`Fusions.library_stacks`): the GDN input projections both
+# times, the attention's q|k|v with every projection a GEMM.
 LIBRARY_PLANS = {
-    "all": (LIBRARY_GEMM_LANES, plan.LIBRARY_GEMM_MIN_WEIGHT, {"split_bf16_intermediate", "gemm_down_proj", "swiglu"}),
-    "mixed": (LIBRARY_GEMM_MIN_LANES, 12288, {"gemm_in_proj_z", "gemv_in_proj_b", "swiglu", "gemv_down_proj"}),
+    "all": (LIBRARY_GEMM_LANES, plan.LIBRARY_GEMM_MIN_WEIGHT, {"gemm_qkv_proj", "gemm_down_proj", "swiglu"}),
+    "mixed": (LIBRARY_GEMM_MIN_LANES, 12288, {"gemv_q_proj", "swiglu", "gemv_down_proj"}),
 }
 
 
@@ -164,7 +166,8 @@ def test_batched_library_gemms_decode_as_transformers(tmp_path, rng, monkeypatch
     monkeypatch.setattr(plan, "LIBRARY_GEMM_MIN_WEIGHT", min_weight)
     hf = save_hf_model(tmp_path, int(rng.integers(2**31)), True, "bfloat16")
     batched, small = ours(tmp_path, "bfloat16", batch=lanes), ours(tmp_path, "bfloat16", batch=3)
-    assert launched | {"gemm_in_proj_qkv", "gemm_lm_head"} <= set(batched.bound.launched)
+    assert launched | {"gemm_in_proj", "gemm_lm_head"} <= set(batched.bound.launched)
+    assert not any(name.startswith(("gemm_in_proj_", "gemv_in_proj")) for name in batched.bound.launched)
     assert not any(name.startswith("gemm_") for name in small.bound.launched)
     V = TINY["vocab_size"]
     requests = [Request(rng.integers(0, V, n).tolist(), budget) for n, budget in ((3, 40), (6, 9), (1, 33))]

@@ -2,10 +2,10 @@
 
 `gemm_kernel(signature, device)` is the function of one such op: `y = xs[0] @ w.T + xs[1] @ w.T` as one
 `cublasGemmEx` over the 2B rows of xs (bf16 in, float32 accumulation and out) into a scratch `[2, B, N]` of its own,
-then `cublasSgeam` adding the halves into y; both on the stream TVM launches on (`tvm_ffi.get_raw_stream`), so a
-CUDA graph captures them like the TensorIR kernels around them. cuBLAS is found where `GDN_TVM_CUBLAS` says (a
-file), else as `libcublas.so.13` / `.12` on the loader's path, under `$CUDA_PATH/lib64` or in an nvidia-cublas
-wheel's folder; `CublasError` names where it looked.
+then `cublasSgeam` adding the halves into y (into each part's output, for a stacked projection); all on the stream TVM
+launches on (`tvm_ffi.get_raw_stream`), so a CUDA graph captures them like the TensorIR kernels around them. cuBLAS is
+found where `GDN_TVM_CUBLAS` says (a file), else as `libcublas.so.13` / `.12` on the loader's path, under
+`$CUDA_PATH/lib64` or in an nvidia-cublas wheel's folder; `CublasError` names where it looked.
 """
 
 from __future__ import annotations
@@ -124,23 +124,32 @@ def _ptr(tensor) -> ctypes.c_void_p:
 
 
 def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[..., None]:
-    """The function `(w, xs, y)` of a library GEMM with `signature` (w: [N, K] bf16, xs: [2, B, K] bf16, y: [B, N]
-    float32) on CUDA device `device` (DLPack type, index). Its `[2, B, N]` scratch is its own, like a kernel's
-    registers would be, but it is memory: models stepping at once on different streams need functions of their own."""
+    """The function `(w, xs, *outputs)` of a library GEMM with `signature` (w: [N, K] bf16, xs: [2, B, K] bf16, then
+    its outputs: y [B, N] float32, or a stacked projection's parts [B, N_part] in row order) on CUDA device `device`
+    (DLPack type, index): one `cublasGemmEx` into a `[2, B, N]` scratch, then per output one `cublasSgeam` adding its
+    columns of the two halves. The scratch is its own, like a kernel's registers would be, but it is memory: models
+    stepping at once on different streams need functions of their own."""
     shapes = {a.name: a.shape for a in signature}
     (N, K), (_, B, _) = shapes["w"], shapes["xs"]
+    widths = [a.shape[1] for a in signature if a.role == "out"]
+    if sum(widths) != N:
+        raise ValueError(f"library GEMM outputs of {widths} columns do not cover the weight's {N} rows")
     handle = _Handle.of(device[1])
     parts = tvm.runtime.empty((2, B, N), "float32", tvm.cuda(device[1]))
     one = ctypes.c_float(1.0)
-    lo_half = ctypes.c_void_p(int(parts.data_ptr()) + B * N * 4)
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    base = int(parts.data_ptr())
+    halves = [(ctypes.c_void_p(base + 4 * s), ctypes.c_void_p(base + 4 * (B * N + s))) for s in starts]
 
-    def gemm(w, xs, y) -> None:
+    def gemm(w, xs, *outs) -> None:
         with handle.lock:
             handle.on_current_stream()
             gemm_ex(
                 handle.lib, handle.handle, int(w.data_ptr()), int(xs.data_ptr()), int(parts.data_ptr()), N, 2 * B, K
             )
-            args = (handle.handle, OP_N, OP_N, N, B, ctypes.byref(one), _ptr(parts), N, ctypes.byref(one), lo_half, N)
-            _check("cublasSgeam", handle.lib.cublasSgeam(*args, _ptr(y), N))
+            for y, n, (hi, lo) in zip(outs, widths, halves, strict=True):
+                # column-major [n, B] views: the halves' columns at stride N, the output's at n
+                args = (handle.handle, OP_N, OP_N, n, B, ctypes.byref(one), hi, N, ctypes.byref(one), lo, N)
+                _check("cublasSgeam", handle.lib.cublasSgeam(*args, _ptr(y), n))
 
     return gemm
