@@ -5,12 +5,13 @@ from __future__ import annotations
 from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.gemm import outputs
 
 
 def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8) -> None:
     """Rows of w in parallel; per row both halves of every lane, `vector`-wide partial sums along K in registers;
-    then each output's sums of the halves, its (lane, column) pairs in parallel."""
+    then each output's sums of the halves (a block named as the output: `y`, or a stack's parts), its (lane, column)
+    pairs in parallel."""
+    outs = [param.name for param in sch.mod["main"].params[2:]]  # after w and xs
     blk = sch.get_sblock("gemm")
     *_, k = sch.get_loops(blk)
     _, kv = sch.split(k, factors=[None, vector])
@@ -22,5 +23,6 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig, proj: str, vector: int = 8) -> 
     sch.set_scope(rf, 0, "local")
     sch.vectorize(kv)
     sch.decompose_reduction(rf, ko)
-    for name, _ in outputs(cfg, proj):
-        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(name))))
+    for name in outs:
+        b, n, _ = sch.get_loops(sch.get_sblock(name))
+        sch.parallel(sch.fuse(b, n))

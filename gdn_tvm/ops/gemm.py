@@ -36,7 +36,7 @@ def signature(cfg: DecodeConfig, proj: str) -> list[Arg]:
 
 
 def make_gemm(cfg: DecodeConfig, proj: str):
-    """Blocks "gemm" (`parts`, [2, B, N]) and one per output, named as it, summing the two parts of its columns."""
+    """Blocks "gemm" (`parts`, [2, B, N]) and one per output, named as it, reducing the two parts of its columns."""
     N, K = cfg.model.projections[proj]
     B = cfg.batch
     w = te.placeholder((N, K), "bfloat16", name="w")
@@ -49,7 +49,8 @@ def make_gemm(cfg: DecodeConfig, proj: str):
     )
 
     def columns(name: str, start: int, width: int) -> te.Tensor:
-        return te.compute((B, width), lambda b, n: parts[0, b, start + n] + parts[1, b, start + n], name=name)
+        s = te.reduce_axis((0, 2), name="s")
+        return te.compute((B, width), lambda b, n: te.sum(parts[s, b, start + n], axis=s), name=name)
 
     outs, start = [], 0
     for name, width in outputs(cfg, proj):
