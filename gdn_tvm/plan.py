@@ -351,8 +351,9 @@ class _Builder:
 def gdn(cfg: DecodeConfig, block: bool = False) -> Plan:
     """projections -> conv1d + SiLU -> `delta_rule_fused` (L2 norms, gates, recurrence) -> gated RMSNorm -> out_proj;
     with `fusions.gdn_stages` the conv is the projection's epilogue and the norm out_proj's prologue (3 launches at
-    B = 1, 8 from two lanes, the four projections one launch and its input's split under `library_stacks`). `block` (a decoder layer's mixer under `fusions.block_stages`): x is the residual
-    stream, normalised by the input projection (`input_norm`), and out_proj adds into it in place (the plan's out)."""
+    B = 1, 8 from two lanes, the four projections one launch and its input's split under `library_stacks`). `block`
+    (a decoder layer's mixer under `fusions.block_stages`): x is the residual stream, normalised by the input
+    projection (`input_norm`), and out_proj adds into it in place (the plan's out)."""
     m, B = cfg.model, cfg.batch
     hv, dv = m.n_v_heads, m.head_v_dim
     p = _Builder("gdn", cfg, "in_proj")
