@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import tvm
 import tvm_ffi
@@ -123,33 +124,48 @@ def _ptr(tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(int(tensor.data_ptr()))
 
 
+class Sgeam(NamedTuple):
+    """One `cublasSgeam` of a library GEMM: `C = A + B` over column-major `[rows, cols]` matrices, A and B at element
+    offsets `hi` and `lo` of the `[2, B, N]` scratch with leading dimension `ld`, C an output's own `[cols, rows]`
+    row-major buffer (leading dimension `rows`)."""
+
+    hi: int
+    lo: int
+    rows: int
+    cols: int
+    ld: int
+
+
+def sgeams(batch: int, n: int, widths: Sequence[int]) -> list[Sgeam]:
+    """The halves' sums of a GEMM of `n` output columns over `batch` lanes into outputs of `widths` columns, in row
+    order of the weight: each output's columns of the high half (`[0, b, :]`) and the low half (`[1, b, :]`)."""
+    if sum(widths) != n or min(widths, default=0) < 1:
+        raise ValueError(f"library GEMM outputs of {list(widths)} columns do not cover the weight's {n} rows")
+    starts = [sum(widths[:i]) for i in range(len(widths))]
+    return [Sgeam(start, batch * n + start, width, batch, n) for start, width in zip(starts, widths, strict=True)]
+
+
 def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[..., None]:
     """The function `(w, xs, *outputs)` of a library GEMM with `signature` (w: [N, K] bf16, xs: [2, B, K] bf16, then
     its outputs: y [B, N] float32, or a stacked projection's parts [B, N_part] in row order) on CUDA device `device`
     (DLPack type, index): one `cublasGemmEx` into a `[2, B, N]` scratch, then per output one `cublasSgeam` adding its
-    columns of the two halves. The scratch is its own, like a kernel's registers would be, but it is memory: models
-    stepping at once on different streams need functions of their own."""
+    columns of the two halves (`sgeams`). The scratch is its own, like a kernel's registers would be, but it is
+    memory: models stepping at once on different streams need functions of their own."""
     shapes = {a.name: a.shape for a in signature}
     (N, K), (_, B, _) = shapes["w"], shapes["xs"]
-    widths = [a.shape[1] for a in signature if a.role == "out"]
-    if sum(widths) != N:
-        raise ValueError(f"library GEMM outputs of {widths} columns do not cover the weight's {N} rows")
+    sums = sgeams(B, N, [a.shape[1] for a in signature if a.role == "out"])
     handle = _Handle.of(device[1])
     parts = tvm.runtime.empty((2, B, N), "float32", tvm.cuda(device[1]))
     one = ctypes.c_float(1.0)
-    starts = [sum(widths[:i]) for i in range(len(widths))]
     base = int(parts.data_ptr())
-    halves = [(ctypes.c_void_p(base + 4 * s), ctypes.c_void_p(base + 4 * (B * N + s))) for s in starts]
 
     def gemm(w, xs, *outs) -> None:
         with handle.lock:
             handle.on_current_stream()
-            gemm_ex(
-                handle.lib, handle.handle, int(w.data_ptr()), int(xs.data_ptr()), int(parts.data_ptr()), N, 2 * B, K
-            )
-            for y, n, (hi, lo) in zip(outs, widths, halves, strict=True):
-                # column-major [n, B] views: the halves' columns at stride N, the output's at n
-                args = (handle.handle, OP_N, OP_N, n, B, ctypes.byref(one), hi, N, ctypes.byref(one), lo, N)
-                _check("cublasSgeam", handle.lib.cublasSgeam(*args, _ptr(y), n))
+            gemm_ex(handle.lib, handle.handle, int(w.data_ptr()), int(xs.data_ptr()), base, N, 2 * B, K)
+            for y, op in zip(outs, sums, strict=True):
+                hi, lo = (ctypes.c_void_p(base + 4 * offset) for offset in (op.hi, op.lo))
+                args = (handle.handle, OP_N, OP_N, op.rows, op.cols, ctypes.byref(one), hi, op.ld, ctypes.byref(one))
+                _check("cublasSgeam", handle.lib.cublasSgeam(*args, lo, op.ld, _ptr(y), op.rows))
 
     return gemm
