@@ -150,7 +150,11 @@ def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):
 # part of a stack is a library GEMM, the whole stack is one (`Fusions.library_stacks`): the GDN input projections both
 # times, the attention's q|k|v with every projection a GEMM.
 LIBRARY_PLANS = {
-    "all": (LIBRARY_GEMM_LANES, plan.LIBRARY_GEMM_MIN_WEIGHT, {"gemm_qkv_proj", "gemm_down_proj", "swiglu"}),
+    "all": (
+        LIBRARY_GEMM_LANES,
+        plan.LIBRARY_GEMM_MIN_WEIGHT,
+        {"split_bf16_intermediate", "gemm_qkv_proj", "gemm_down_proj", "swiglu"},
+    ),
     "mixed": (LIBRARY_GEMM_MIN_LANES, 12288, {"gemv_q_proj", "swiglu", "gemv_down_proj"}),
 }
 
