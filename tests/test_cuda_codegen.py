@@ -12,7 +12,8 @@ from conftest import CASES, CUDA_OPS, F32, cuda_source
 from tvm.script import tirx as T
 from tvm.support import nvcc
 
-from gdn_tvm.codegen.compile import compile_dlight, host_loops
+from gdn_tvm.codegen import compile as compile_module
+from gdn_tvm.codegen.compile import compile_dlight, compile_mod, host_loops, is_in_place, writes_state_pool
 from gdn_tvm.config import PRESETS, DecodeConfig, preset
 from gdn_tvm.registry import OPS
 from gdn_tvm.target import cuda
@@ -177,3 +178,50 @@ def test_split_kv_chunk_loads_issue_together():
     b32 = cuda_source("decode_attention_split", DecodeConfig(preset("qwen3.5-4b"), batch=32, max_len=4096, **F32))
     steps = ROW_STEPS.findall(b32)
     assert (steps[0], steps[-1]) == (("", "16"), ("", "32"))
+
+
+# The ops writing a slot pool's state in place (conv windows, the recurrent state): at qwen3.5-0.8b B=1.
+STATE_POOL_WRITERS = {
+    "causal_conv1d_silu", "delta_rule", "delta_rule_fused",
+    "gemv_in_proj_conv", "gemv_in_proj_qkv_conv", "gemv_in_proj_rmsnorm_conv",
+}  # fmt: skip
+
+
+def test_state_pool_writers_are_the_conv_and_recurrent_states():
+    """Of the in-place ops, those writing a slot pool (read again next step) and not the residual or the lane
+    counters (read again within the step)."""
+    cfg = DecodeConfig(preset("qwen3.5-0.8b"), batch=1, max_len=64, **F32)
+    in_place = {
+        name: writes_state_pool(mod)
+        for name, op in OPS.items()
+        if op.applies(cfg) and op.compiled("cuda") and is_in_place(mod := tvm.IRModule({"main": op.definition(cfg)}))
+    }
+    assert {name for name, pool in in_place.items() if pool} == STATE_POOL_WRITERS
+    assert {"add_rmsnorm", "advance", "gemv_down_proj_residual"} <= in_place.keys()
+
+
+class _Compiled(Exception):
+    """Raised by the stand-in for `tvm.compile`: what the CUDA compile callback would have seen is recorded."""
+
+
+@pytest.mark.parametrize("name", ["delta_rule", "add_rmsnorm"])
+def test_state_pool_stores_stream_for_cuda_only(name, monkeypatch):
+    """The ptxas flags TVM's compile callback reads during `compile_mod`: evict-first stores for a state pool's CUDA
+    kernel, added to the caller's own flags and taken back after; nothing for other kernels or for llvm."""
+    seen = []
+
+    def record(*_args, **_kwargs):
+        seen.append(nvcc._ptxas_option_flags())
+        raise _Compiled
+
+    monkeypatch.setattr(tvm, "compile", record)
+    monkeypatch.setenv(compile_module.PTXAS_ENV, "-O3")
+    cfg = CUDA_CASES["4b-B1"]
+    mod = tvm.IRModule({"main": OPS[name].definition(cfg)})
+    for target in (cuda(), tvm.target.Target("llvm")):
+        with pytest.raises(_Compiled):
+            compile_mod(mod, target)
+    streams = name in STATE_POOL_WRITERS
+    assert [compile_module.STREAMING_STORES[0] in flags for flags in seen] == [streams, False]
+    assert all("-O3" in flags for flags in seen)
+    assert nvcc._ptxas_option_flags()[-1] == "-O3"

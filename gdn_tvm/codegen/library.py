@@ -14,20 +14,21 @@ from pathlib import Path
 
 import tvm
 
-from gdn_tvm.codegen.compile import compile_mod, is_in_place, uses_warp_memory
+from gdn_tvm.codegen.compile import compile_mod, is_in_place, uses_warp_memory, writes_state_pool
 
 
 def export_library(mod: tvm.IRModule, target: tvm.target.Target, path: Path) -> None:
     """`mod` (one PrimFunc per exported function name) compiled for `target` into the shared library `path`.
 
     In-place functions are compiled apart (without no-alias, see `compile.is_in_place`) so that the others keep
-    it, and so are those with warp memory (their own pipeline); the other modules are imported into the first and
-    all are exported together.
+    it, those among them writing a slot pool's state apart again (streaming stores, `compile.writes_state_pool`),
+    and so are those with warp memory (their own pipeline); the other modules are imported into the first and all
+    are exported together.
     """
-    groups: dict[tuple[bool, bool], dict] = {}
+    groups: dict[tuple[bool, bool, bool], dict] = {}
     for gv, func in mod.functions_items():
         one = tvm.IRModule({gv: func})
-        groups.setdefault((is_in_place(one), uses_warp_memory(one)), {})[gv] = func
+        groups.setdefault((is_in_place(one), writes_state_pool(one), uses_warp_memory(one)), {})[gv] = func
     first, *rest = executables = [compile_mod(tvm.IRModule(funcs), target) for funcs in groups.values()]
     device = [m for ex in executables for m in ex.mod.imports if m.kind == "cuda"]
     if target.kind.name == "cuda" and not (device and all(m.is_runnable() for m in device)):
