@@ -157,9 +157,9 @@ def gemm_kernel(signature: Sequence[Arg], device: tuple[int, int]) -> Callable[.
     handle = _Handle.of(device[1])
     parts = tvm.runtime.empty((2, B, N), "float32", tvm.cuda(device[1]))
     one = ctypes.c_float(1.0)
-    base = int(parts.data_ptr())
 
     def gemm(w, xs, *outs) -> None:
+        base = int(parts.data_ptr())  # the closure must hold `parts`: an address alone lets it be freed
         with handle.lock:
             handle.on_current_stream()
             gemm_ex(handle.lib, handle.handle, int(w.data_ptr()), int(xs.data_ptr()), base, N, 2 * B, K)
