@@ -190,10 +190,14 @@ def test_load_needs_only_the_tvm_runtime(sigmoid_build):
 
 @needs_cuda_export
 def test_cuda_export_embeds_compiled_device_code(tmp_path):
-    names = ["sigmoid_gate", "causal_conv1d_silu"]  # a no-alias and an in-place kernel: two device modules
+    """A no-alias kernel, an in-place one and a slot pool's (streaming stores): three device modules, each function's
+    extra ptxas flags in the manifest."""
+    names = ["sigmoid_gate", "add_rmsnorm", "causal_conv1d_silu"]
     path = build(CFG, cuda(), tmp_path / "logs", tmp_path, allow_hand=True, names=names, echo=quiet)
     _, manifest = read_manifest(tmp_path, CFG, "cuda")
     assert manifest["cuda_compile"].split()[0] in ("nvcc", "nvrtc") and sorted(manifest["functions"]) == sorted(names)
+    flags = {name: f["ptxas_flags"] for name, f in manifest["functions"].items()}
+    assert flags == {"sigmoid_gate": [], "add_rmsnorm": [], "causal_conv1d_silu": ["--def-store-cache=cs"]}
     payload = (path.parent / manifest["library"]).read_bytes()
     assert b"__global__" not in payload, "the library embeds CUDA source"
     fatbins, elves = payload.count(b"\x50\xed\x55\xba"), payload.count(b"\x7fELF")  # nvcc fatbin, nvrtc cubin

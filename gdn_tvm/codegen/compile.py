@@ -95,8 +95,13 @@ def writes_state_pool(mod: tvm.IRModule) -> bool:
     )
 
 
+def ptxas_flags(mod: tvm.IRModule) -> tuple[str, ...]:
+    """The ptxas flags `compile_mod` adds when it compiles `mod` for CUDA (a build's manifest lists them)."""
+    return STREAMING_STORES if writes_state_pool(mod) else ()
+
+
 @contextlib.contextmanager
-def _ptxas_flags(flags: tuple[str, ...]):
+def _extra_ptxas_flags(flags: tuple[str, ...]):
     """`flags` added to the ptxas flags of the CUDA compiles inside (both NVRTC and nvcc read `PTXAS_ENV`)."""
     if not flags:
         yield
@@ -128,8 +133,8 @@ def _warp_context() -> tvm.transform.PassContext:
 
 def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Executable:
     """`tvm.compile` inside the target's scope (the CUDA compile callback reads `Target.current()`),
-    without no-alias assumptions for in-place kernels, with streaming stores where a slot pool's state is written
-    (`writes_state_pool`).
+    without no-alias assumptions for in-place kernels, with `ptxas_flags` (streaming stores where a slot pool's
+    state is written).
 
     A CUDA build without device code is refused: TVM compiles a function whose loops bind no GPU threads for the
     host, and calling it on device pointers segfaults (dlight leaves what no rule fits unscheduled)."""
@@ -137,8 +142,8 @@ def compile_mod(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Exe
     if warp and is_in_place(mod):
         raise ValueError("an in-place kernel with warp memory: no pipeline builds both")
     pipeline = WARP_PIPELINE if warp else IN_PLACE_PIPELINE if is_in_place(mod) else "default"
-    streamed = target.kind.name == "cuda" and writes_state_pool(mod)
-    with target, _warp_context() if warp else contextlib.nullcontext(), _ptxas_flags(STREAMING_STORES * streamed):
+    flags = ptxas_flags(mod) if target.kind.name == "cuda" else ()
+    with target, _warp_context() if warp else contextlib.nullcontext(), _extra_ptxas_flags(flags):
         ex = tvm.compile(mod, target=target, tir_pipeline=pipeline)
     if target.kind.name == "cuda" and not any(m.kind == "cuda" for m in ex.mod.imports):
         raise ValueError(

@@ -29,7 +29,7 @@ from tvm import tirx
 
 from gdn_tvm import naming
 from gdn_tvm.codegen import cuda_stub
-from gdn_tvm.codegen.compile import dlight_schedule
+from gdn_tvm.codegen.compile import dlight_schedule, ptxas_flags
 from gdn_tvm.codegen.library import cuda_compiler, export_library
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import step_ops
@@ -185,6 +185,7 @@ def _export(
             "record": s.digest,
             "tuned_us": s.tuned_us,
             "tuned_with": s.tuned_with,
+            **({"ptxas_flags": list(ptxas_flags(tvm.IRModule({"main": s.func})))} if kind == "cuda" else {}),
             "args": [arg_to_json(a) for a in get(s.name).signature(cfg)],
         }
         for s in scheduled

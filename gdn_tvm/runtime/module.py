@@ -12,7 +12,8 @@ reaches `tvm.runtime.load_module`, which can kill the process (SIGBUS) on a trun
   SHA-256 over exactly what `load` reads (the `READ` fields, of each function only its `args`), written at build:
   the runtime cannot ask the registry what a signature should be, so an edited shape, bound, dtype or function list
   is refused as "edited or corrupt". Fields `load` does not read are provenance (the key, the target's JSON, each
-  function's workload, schedule, record, tuned time and compiler): editing them changes nothing that loads.
+  function's workload, schedule, record, tuned time and compiler, and on CUDA the ptxas flags it was compiled with
+  beyond the defaults): editing them changes nothing that loads.
 - `check_library`: the library is a file of the build folder with the recorded size and SHA-256.
 - `load`: every function the manifest lists is in the library.
 """
