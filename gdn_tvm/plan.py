@@ -390,8 +390,9 @@ def gdn(cfg: DecodeConfig, block: bool = False) -> Plan:
 
 def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
     """projections -> `attention_prologue` (split q/gate, q/k RMSNorm, RoPE, KV scatter: one kernel) -> decode
-    attention (split-KV + reduce with `fusions.split_kv`) -> sigmoid gate -> o_proj. `block`: as `gdn`'s (the
-    projection normalises the residual stream x, o_proj adds into it)."""
+    attention and its output gate (split-KV, then the reduce, which gates what it merges, with `fusions.split_kv`;
+    else unsplit, then `sigmoid_gate`) -> o_proj. `block`: as `gdn`'s (the projection normalises the residual stream
+    x, o_proj adds into it)."""
     m, B = cfg.model, cfg.batch
     hq, hkv, d = m.n_q_heads, m.n_kv_heads, m.head_dim
     p = _Builder("attention", cfg, "qkv_proj")
@@ -401,7 +402,7 @@ def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
     projections = [("q_proj", "q_gate", (B, hq, 2 * d)), ("k_proj", "k", (B, hkv, d)), ("v_proj", "v", (B, hkv, d))]
     qg, k, v = p.project(projections, "input_norm" if block else "")
     gate, qr = p.act("gate", B, hq, d), p.act("q_rotated", B, hq, d)
-    attn, gated = p.act("attended", B, hq, d), p.act("gated", B, hq, d)
+    gated = p.act("gated", B, hq, d)
     index = {"slots": "slots", "positions": "positions"}
     caches = {"k_cache": "k_cache", "v_cache": "v_cache", **index}
     p.launch("attention_prologue", q_gate=qg, k=k, v=v, q_norm="q_norm", k_norm="k_norm", **caches, q_out=qr, gate=gate)
@@ -410,10 +411,11 @@ def attention(cfg: DecodeConfig, block: bool = False) -> Plan:
         partials = {"m": p.act("split_max", B, hq, ns), "l": p.act("split_sum", B, hq, ns)}
         partials["acc"] = p.act("split_acc", B, hq, ns, d)
         p.launch("decode_attention_split", q=qr, **caches, **partials)
-        p.launch("decode_attention_reduce", **partials, **index, out=attn)
+        p.launch("decode_attention_reduce", **partials, gate=gate, **index, out=gated)
     else:
+        attn = p.act("attended", B, hq, d)
         p.launch("decode_attention", q=qr, **caches, out=attn)
-    p.launch("sigmoid_gate", x=attn, gate=gate, y=gated)
+        p.launch("sigmoid_gate", x=attn, gate=gate, y=gated)
     if block:
         p.launch("gemv_o_proj_residual", w="o_proj", x=p.view(gated, B, hq * d), residual="x")
         return p.done("x")

@@ -1,6 +1,6 @@
-"""Split-KV decode attention in stages (llvm): split vs its reference, reduce vs its reference (empty splits hold
-NaN, which reduce must not read), then split + reduce against the unsplit reference and a plain float64 softmax,
-at sequence lengths 1, a split boundary, between and max_len."""
+"""Split-KV decode attention in stages (llvm): split vs its reference, reduce (which also applies the output gate)
+vs its reference (empty splits hold NaN, which reduce must not read), then split + reduce against the unsplit
+reference and a plain float64 softmax, each gated, at sequence lengths 1, a split boundary, between and max_len."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.config import DecodeConfig, preset
 from gdn_tvm.ops import decode_attention_reduce as reduce_ops
 from gdn_tvm.ops.decode_attention_reduce import reduce_layout
+from gdn_tvm.reference.activations import sigmoid
 from gdn_tvm.reference.decode_attention import decode_attention, decode_attention_split
 from gdn_tvm.reference.decode_attention_reduce import decode_attention_reduce
 from gdn_tvm.registry import OPS
@@ -45,6 +46,11 @@ def _inputs(rng, seq_len: int) -> dict:
         "slots": np.array([2, -1, 0], np.int32),
         "positions": np.array([seq_len - 1, 0, max(seq_len - 2, 0)], np.int32),
     }
+
+
+def _gate(rng, cfg: DecodeConfig = CFG) -> np.ndarray:
+    """The attention layer's output gate logits: [B, Hq, D]."""
+    return (2 * rng.standard_normal((cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim))).astype(np.float32)
 
 
 def _partials() -> dict:
@@ -79,7 +85,7 @@ def test_split_then_reduce(kernels, rng, seq_len):
         assert_close(got[name], expect[name], TOL_OP, f"split.{name}")  # NaN exactly on the unwritten splits
 
     out = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan, np.float32)
-    reduce_args = {"slots": x["slots"], "positions": x["positions"]}
+    reduce_args = {"gate": _gate(rng), "slots": x["slots"], "positions": x["positions"]}
     kernels["decode_attention_reduce"](**got, **reduce_args, out=out)
     ref = np.full(out.shape, np.nan)
     decode_attention_reduce(**expect, **reduce_args, out=ref, split_len=CFG.split_len)
@@ -87,12 +93,13 @@ def test_split_then_reduce(kernels, rng, seq_len):
 
     unsplit = np.full(out.shape, np.nan)
     decode_attention(**{k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in x.items()}, out=unsplit)
-    assert_close(out, unsplit, TOL_OP, "split+reduce vs unsplit reference")
+    gated = sigmoid(reduce_args["gate"].astype(np.float64))
+    assert_close(out, unsplit * gated, TOL_OP, "split+reduce vs unsplit reference, gated")
     whole = np.full(out.shape, np.nan, np.float32)
     kernels["decode_attention"](**x, out=whole)
     assert_close(whole, unsplit, TOL_OP, "unsplit kernel")
     for b in np.flatnonzero(x["slots"] >= 0):
-        assert_close(out[b], _softmax_attention(x, b), TOL_OP, f"split+reduce vs softmax, lane {b}")
+        assert_close(out[b], _softmax_attention(x, b) * gated[b], TOL_OP, f"split+reduce vs softmax, lane {b}")
 
 
 def test_reduce_never_reads_empty_splits(kernels, rng):
@@ -100,7 +107,7 @@ def test_reduce_never_reads_empty_splits(kernels, rng):
     got = _partials()
     kernels["decode_attention_split"](**x, **got)  # splits past each sequence stay NaN
     out = np.full((CFG.batch, CFG.model.n_q_heads, CFG.model.head_dim), np.nan, np.float32)
-    kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
+    kernels["decode_attention_reduce"](**got, gate=_gate(rng), slots=x["slots"], positions=x["positions"], out=out)
     assert np.isfinite(out[x["slots"] >= 0]).all() and np.isnan(out[x["slots"] < 0]).all()
 
 
@@ -117,8 +124,9 @@ def test_rows_past_the_sequence_are_never_used(kernels, rng, seq_len):
     got = _partials()
     kernels["decode_attention_split"](**x, **got)
     out = np.full(ref.shape, np.nan, np.float32)
-    kernels["decode_attention_reduce"](**got, slots=x["slots"], positions=x["positions"], out=out)
-    assert_close(out, ref, TOL_OP, "split+reduce over NaN rows past the sequence")
+    gate = _gate(rng)
+    kernels["decode_attention_reduce"](**got, gate=gate, slots=x["slots"], positions=x["positions"], out=out)
+    assert_close(out, ref * sigmoid(gate.astype(np.float64)), TOL_OP, "split+reduce over NaN rows past the sequence")
     whole = np.full(ref.shape, np.nan, np.float32)
     kernels["decode_attention"](**x, out=whole)
     assert_close(whole, ref, TOL_OP, "unsplit over NaN rows past the sequence")
@@ -147,6 +155,7 @@ def test_reduce_layouts_against_reference(layout, rng, monkeypatch):
         v[past] = np.nan
     slots = np.arange(cfg.batch, dtype=np.int32)
     slots[1] = -1
+    parts["gate"] = _gate(rng, cfg)
     out = np.full((cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim), np.nan, np.float32)
     kernel = compile_op(OPS["decode_attention_reduce"], cfg, llvm())
     kernel(**{k: v.astype(np.float32) for k, v in parts.items()}, slots=slots, positions=positions, out=out)

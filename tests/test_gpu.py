@@ -222,8 +222,8 @@ def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
     """Three requests (greedy and sampled, different prompt lengths and budgets, on slots 4, 0, 2; B = 1: the first,
     on slot 4, through the plan with `fusions.block_stages`; at bf16 B = 16: the projections as cuBLAS GEMMs, B = 4: the
     larger ones, qkv, gate|up, q and the LM head) decoded by the CUDA model eagerly and replayed, and by the llvm model
-    (checked against transformers in CI): replay bit-identical to eager, the same tokens as llvm, logits within the op
-    tolerance of llvm's at every step."""
+    (checked against transformers in CI): replay bit-identical to eager on the started lanes, the same tokens as llvm,
+    logits within the op tolerance of llvm's at every step."""
     cfg = MODEL_GPU.replace(weight_dtype=dtype, kv_dtype=dtype, batch=batch, slots=max(batch, MODEL_GPU.slots))
     weights = random_model_weights(cfg.model, rng)
     ops = model_plan(cfg).ops
@@ -244,8 +244,11 @@ def test_model_on_gpu_matches_llvm_and_replays_as_eager(dtype, batch, rng):
     for step in range(100):
         events = [model.events(model.launch()) for model in models]
         logits = [model.logits.numpy() for model in models]
-        assert np.array_equal(events[1], events[2]) and np.array_equal(logits[1], logits[2]), f"step {step}"
+        # A lane never started is skipped (slot -1): its mixers leave their outputs as each model's fresh buffers
+        # held, so its logits are of no request; the started lanes' must agree.
+        live = slice(len(requests[:batch]))
+        assert np.array_equal(events[1], events[2]), f"step {step}: replay's events differ from eager"
+        assert np.array_equal(logits[1][live], logits[2][live]), f"step {step}: replay's logits differ from eager"
         assert np.array_equal(events[0], events[1]), f"step {step}: tokens differ from llvm"
-        live = slice(len(requests[:batch]))  # a lane never started keeps whatever its buffers held (skipped, slot -1)
         assert_close(logits[1][live], logits[0][live], tol, f"step {step} logits")
     assert all(not model._lane_slot for model in models), "every request finished"

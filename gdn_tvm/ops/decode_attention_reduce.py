@@ -1,8 +1,9 @@
-"""decode_attention_reduce: merge the split-KV partials of `decode_attention_split` into the attention output.
+"""decode_attention_reduce: merge the split-KV partials of `decode_attention_split` into the gated attention output.
 
 Per active lane `b` with `n = positions[b] // split_len + 1` valid splits and query head `h`:
-`out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j` over `j < n`, `M = max_j m_j`; the splits past `n` hold
-stale values (or NaN) and are never used. A lane with `slots[b] == -1` is skipped (no output written).
+`out = sigmoid(gate) * sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j` over `j < n`, `M = max_j m_j` (the output
+gate of the attention layer as the merge's epilogue: one launch, `sigmoid_gate`, fewer a layer); the splits past `n`
+hold stale values (or NaN) and are never used. A lane with `slots[b] == -1` is skipped (no output written).
 SBlocks (the schedules' interface): "reduce" per (lane, head, chunk of D), inside it "part_max", "part_den",
 "part_num" over groups of splits, then "max", "den", "num" over the groups and "normalize" (see
 `make_decode_attention_reduce`).
@@ -21,10 +22,12 @@ REDUCE_WIDE_ROWS = 128  # from this many (lane, head) rows on, one reduce block 
 
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
-    """m, l: [B, Hq, n_splits], acc: [B, Hq, n_splits, D] (the split partials); slots, positions: [B] int32
-    -> out: [B, Hq, D] float32."""
+    """m, l: [B, Hq, n_splits], acc: [B, Hq, n_splits, D] (the split partials); gate: [B, Hq, D]; slots,
+    positions: [B] int32 -> out: [B, Hq, D] float32."""
+    shape = (cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim)
     return [
         *partials(cfg),
+        Arg("gate", shape),
         *lane_args(cfg),
         Arg("out", (cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim), role="out"),
     ]
@@ -57,7 +60,8 @@ def make_decode_attention_reduce(cfg: DecodeConfig):
     (`g < n`) merge (`max`, `den`, `num`) and `normalize`. Every chunk recomputes its head's maxima and
     denominators (a few scalars a split). The groups are independent chains of loads (one chain over 256 splits
     took 34 us on the H200, 8 groups 23.5 us); the chunks let a schedule run `GS` groups x `DC` elements per CTA
-    within the thread limit and spread a head over `D / DC` CTAs."""
+    within the thread limit and spread a head over `D / DC` CTAs. `normalize` divides by the denominator and
+    applies the output gate `sigmoid(gate)`."""
     B, Hq, D, SL, NS = cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim, cfg.split_len, cfg.n_splits
     GS, DC = reduce_layout(cfg)
     NC, GI = D // DC, (NS + GS - 1) // GS  # chunks of D; splits a group at most
@@ -85,6 +89,7 @@ def make_decode_attention_reduce(cfg: DecodeConfig):
         m: T.Buffer((B, Hq, NS), "float32"),
         l: T.Buffer((B, Hq, NS), "float32"),
         acc: T.Buffer((B, Hq, NS, D), "float32"),
+        gate: T.Buffer((B, Hq, D), "float32"),
         slots: T.Buffer((B,), "int32"),
         positions: T.Buffer((B,), "int32"),
         out: T.Buffer((B, Hq, D), "float32"),
@@ -165,6 +170,8 @@ def make_decode_attention_reduce(cfg: DecodeConfig):
                     for d in range(DC):
                         with T.sblock("normalize"):
                             vd = T.axis.spatial(DC, d)
-                            out[vb, vh, vc * DC + vd] = num[vb, vh, vc, vd] / den[vb, vh, vc]
+                            out[vb, vh, vc * DC + vd] = (num[vb, vh, vc, vd] / den[vb, vh, vc]) / (
+                                T.float32(1) + T.exp(-gate[vb, vh, vc * DC + vd])
+                            )
 
     return decode_attention_reduce
