@@ -1,8 +1,8 @@
 """decode_attention_reduce: merge the split-KV partials of `decode_attention_split` into the gated attention output.
 
 Per active lane `b` with `n = positions[b] // split_len + 1` valid splits and query head `h`:
-`out = sigmoid(gate) * sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j` over `j < n`, `M = max_j m_j` (the output
-gate of the attention layer as the merge's epilogue: one launch, `sigmoid_gate`, fewer a layer); the splits past `n`
+`out = sigmoid(gate) * sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j` over `j < n`, `M = max_j m_j` (the
+attention layer's output gate as the merge's epilogue, so no `sigmoid_gate` launch follows); the splits past `n`
 hold stale values (or NaN) and are never used. A lane with `slots[b] == -1` is skipped (no output written).
 SBlocks (the schedules' interface): "reduce" per (lane, head, chunk of D), inside it "part_max", "part_den",
 "part_num" over groups of splits, then "max", "den", "num" over the groups and "normalize" (see
@@ -15,6 +15,7 @@ from tvm.script import tirx as T
 
 from gdn_tvm.config import DecodeConfig
 from gdn_tvm.ops.decode_attention import lane_args, partials
+from gdn_tvm.ops.sigmoid_gate import gated
 from gdn_tvm.signature import Arg
 from gdn_tvm.target import DEFAULT_GPU, GpuSpec
 
@@ -29,7 +30,7 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
         *partials(cfg),
         Arg("gate", shape),
         *lane_args(cfg),
-        Arg("out", (cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim), role="out"),
+        Arg("out", shape, role="out"),
     ]
 
 
@@ -170,8 +171,8 @@ def make_decode_attention_reduce(cfg: DecodeConfig):
                     for d in range(DC):
                         with T.sblock("normalize"):
                             vd = T.axis.spatial(DC, d)
-                            out[vb, vh, vc * DC + vd] = (num[vb, vh, vc, vd] / den[vb, vh, vc]) / (
-                                T.float32(1) + T.exp(-gate[vb, vh, vc * DC + vd])
+                            out[vb, vh, vc * DC + vd] = gated(
+                                num[vb, vh, vc, vd] / den[vb, vh, vc], gate[vb, vh, vc * DC + vd]
                             )
 
     return decode_attention_reduce

@@ -14,6 +14,11 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
     return [Arg("x", shape), Arg("gate", shape), Arg("y", shape, role="out")]
 
 
+def gated(x, gate):
+    """`x * sigmoid(gate)` as `x / (1 + exp(-gate))`: a TIR expression (also the split-KV reduce's epilogue)."""
+    return x / (T.float32(1) + T.exp(-gate))
+
+
 def make_sigmoid_gate(cfg: DecodeConfig):
     B, H, D = cfg.batch, cfg.model.n_q_heads, cfg.model.head_dim
 
@@ -25,6 +30,6 @@ def make_sigmoid_gate(cfg: DecodeConfig):
         for b, h, d in T.grid(B, H, D):
             with T.sblock("gate"):
                 vb, vh, vd = T.axis.remap("SSS", [b, h, d])
-                y[vb, vh, vd] = x[vb, vh, vd] / (T.float32(1) + T.exp(-gate[vb, vh, vd]))
+                y[vb, vh, vd] = gated(x[vb, vh, vd], gate[vb, vh, vd])
 
     return sigmoid_gate
