@@ -259,7 +259,27 @@ def bench_op(
     for k in [k for k in row if k.endswith("_us") and k != "tvm_hot_us"]:
         row[k.replace("_us", "_gbps")] = round(gbps(nbytes, row[k]), 1)
     row["tvm_pct_peak"] = round(100 * row["tvm_gbps"] / GPU.peak_gbps, 1)
+    if op.family == "delta_rule":
+        row |= copy_floor(value_sets, sets)
     return row
+
+
+def copy_floor(value_sets: list[dict], sets: int) -> dict:
+    """The recurrent state's bytes read once and written once with no compute: torch's device copy of each set's
+    state into a buffer of its own, graph-replayed over the same rotating sets as the kernels, checked bit for bit
+    first; the floor an in-place update of the state runs against (`copy_us`, `copy_bytes`: read + written,
+    `copy_pct_peak`). A copy that fails is recorded (`copy_error`)."""
+    try:
+        states = [v["state"] for v in value_sets]
+        copies = [torch.empty_like(s) for s in states]
+        copies[0].copy_(states[0])
+        if not torch.equal(copies[0], states[0]):
+            return {"copy_error": "wrong: the copy differs from the state"}
+        us = time_graph(lambda i: copies[i].copy_(states[i]), sets)
+    except Exception as e:  # noqa: BLE001 - recorded, not hidden
+        return {"copy_error": f"{type(e).__name__}: {e}"[:300]}
+    moved = 2 * states[0].numel() * states[0].element_size()
+    return {"copy_us": us, "copy_bytes": moved, "copy_pct_peak": round(100 * gbps(moved, us) / GPU.peak_gbps, 1)}
 
 
 HOT_BYTES = 4 * 2**20  # ops moving at most this much are also timed L2-hot (`tvm_hot_us`)
