@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import tvm
 from tvm import tirx
 
@@ -147,21 +148,63 @@ def emulated(op: Op, cfg: DecodeConfig, source: str, launches: list[Launch]) -> 
 
 def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
     """A function running `launches` of `source` one after another on the values of `main`'s parameters, in
-    order (arrays, whose data the kernels read and write, and scalars)."""
+    order (arrays, whose data the kernels read and write, and scalars). Each array runs inside a copy between two
+    guard zones of 0xFF bytes (`Guarded`: NaN as a float, -1 as an integer), so a read past either end of it poisons
+    what it feeds and a write there fails the launch, as they would fault or corrupt on a GPU; the copies are written
+    back after the launches."""
     types = _kernel_params(source)
     lib = _library(_sized_dynamic_shared(source, launches), types)
 
     def run(*values) -> None:
+        guarded = Guarded(values)
         for launch in launches:
-            cells = [_cell(t, values[i]) for t, i in zip(types[launch.kernel], launch.args, strict=True)]
+            cells = [_cell(t, guarded.values[i]) for t, i in zip(types[launch.kernel], launch.args, strict=True)]
             argv = (ctypes.c_void_p * len(cells))(*(ctypes.addressof(c) for c in cells))
             dims = (ctypes.c_uint * 6)(*launch.grid, *launch.block)
             with LAUNCHING:
                 why = getattr(lib, f"emu_launch_{launch.kernel}")(argv, dims)
             if why:
                 raise RuntimeError(f"{launch.kernel}: {why.decode()}")
+        guarded.write_back()
 
     return run
+
+
+class Guarded:
+    """Copies of the host arrays among `values` (numpy arrays, TVM tensors), each between two `GUARD`-byte zones of
+    0xFF; `values` with the copies in place of the arrays (an array passed twice, as a state and its alias, gets one
+    copy). Arrays whose memory overlaps another's (views of one buffer) run unguarded, in place."""
+
+    GUARD = 1 << 16
+
+    def __init__(self, values) -> None:
+        hosts = {id(v): (v, v if isinstance(v, np.ndarray) else v.numpy()) for v in values if _is_array(v)}
+        spans = {k: (address(v), address(v) + host.nbytes) for k, (v, host) in hosts.items()}
+        self.copies: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}  # id -> (array, padded, copy)
+        for k, (v, host) in hosts.items():
+            lo, hi = spans[k]
+            if any(o != k and lo < ohi and olo < hi for o, (olo, ohi) in spans.items()):
+                continue
+            padded = np.full(host.nbytes + 2 * self.GUARD, 0xFF, dtype=np.uint8)
+            copy = padded[self.GUARD : self.GUARD + host.nbytes].view(host.dtype).reshape(host.shape)
+            copy[...] = host
+            self.copies[k] = (v, padded, copy)
+        self.values = [self.copies[id(v)][2] if id(v) in self.copies else v for v in values]
+
+    def write_back(self) -> None:
+        """The copies into their arrays; a guard zone written to is an error naming the array's shape."""
+        for v, padded, copy in self.copies.values():
+            if (padded[: self.GUARD] != 0xFF).any() or (padded[self.GUARD + copy.nbytes :] != 0xFF).any():
+                raise RuntimeError(f"a kernel wrote outside an array of shape {copy.shape} ({copy.dtype})")
+            if isinstance(v, np.ndarray):
+                v[...] = copy
+            else:
+                v.copyfrom(copy)
+
+
+def _is_array(value) -> bool:
+    """A numpy array or a (host) TVM tensor, not a scalar."""
+    return isinstance(value, np.ndarray) or hasattr(value, "numpy")
 
 
 def _cell(ctype: str, value) -> ctypes._SimpleCData:

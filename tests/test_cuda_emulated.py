@@ -208,14 +208,17 @@ WRONG = {
     "shuffle-offset": (_edit("red_buf0_ptr[0], 1, 32)", "red_buf0_ptr[0], 2, 32)"), "relative L-inf error"),
     "no-barrier": (_edit("__syncthreads();", ""), "relative L-inf error"),  # staged sums read before written
     "half-grid": (_half_grid, "unwritten"),
+    # x's 1024 floats read from their end on: the guard zone's NaN reaches every row
+    "read-past-x": (_edit("(x_ptr + (((int)threadIdx.x) * 4))", "(x_ptr + 1024 + (((int)threadIdx.x) * 4))"), "NaN"),
 }
-# Broken so that a GPU would hang or leave it undefined: the launch stops with the reason.
+# Broken so that a GPU would hang, leave it undefined or corrupt other memory: the launch stops with the reason.
 STOPPED = {
     "divergent-barrier": (_edit("__syncthreads();", "if (threadIdx.x < 32) __syncthreads();"), "divergent code"),
     "early-exit": (
         _edit("y_rf_local_ptr[0] = 0", "if (threadIdx.x >= 32) return;\n  y_rf_local_ptr[0] = 0"),
         "deadlock",
     ),
+    "write-past-y": (_edit("y_ptr[((int)blockIdx.x)]", "y_ptr[((int)blockIdx.x) + 16]"), "wrote outside"),
 }
 
 
