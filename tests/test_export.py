@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 import tvm
-from conftest import COMMITTED_BF16_STEP_LOGS, COMMITTED_CUDA_LOGS, F32, REPO, TUNED, check_kernel_against_reference
+from conftest import (
+    COMMITTED_BF16_STEP_LOGS,
+    COMMITTED_BF16_WIDE_STEP_LOGS,
+    COMMITTED_CUDA_LOGS,
+    F32,
+    REPO,
+    TUNED,
+    check_kernel_against_reference,
+)
 from test_layers import assert_decodes_like_reference, assert_preset_stack_decodes
 
 from gdn_tvm.codegen.library import export_library
@@ -297,11 +305,11 @@ def test_cuda_export_without_a_driver_refuses_source_only(tmp_path):
         export_library(mod, cuda(), tmp_path / "ops.so")
 
 
-@pytest.mark.parametrize("case", list(COMMITTED_BF16_STEP_LOGS))
+@pytest.mark.parametrize("case", [*COMMITTED_BF16_STEP_LOGS, *COMMITTED_BF16_WIDE_STEP_LOGS])
 def test_default_bf16_step_has_committed_h200_logs(case, tmp_path):
     """`make tune` / `make build` at their defaults (bf16 weights and KV, the mixer step's ops): every op has a record,
     so a strict build of the default shape needs no hand schedule."""
-    cfg = COMMITTED_BF16_STEP_LOGS[case]
+    cfg = (COMMITTED_BF16_STEP_LOGS | COMMITTED_BF16_WIDE_STEP_LOGS)[case]
     assert (cfg.weight_dtype, cfg.kv_dtype, cfg.state_dtype) == ("bfloat16", "bfloat16", "float32")
     scheduled = schedule_ops(cfg, "cuda", REPO / "tuning_logs", step_ops(cfg), allow_hand=False)
     assert {s.source for s in scheduled} == {"tuned"}
