@@ -3,8 +3,9 @@
 python -m benchmarks.sweep --op delta_rule [delta_rule_fused ...] --batches 1 32 [--preset qwen3.5-4b]
     [--max-len L] [--split-len S] [--position P] [--knobs JSON ...] [--out-of-place] [--jobs N] [--out FILE]
     [--weight-dtype D] [--kv-dtype D] [--state-dtype D]
-Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON lines (to an
-`.xz` file as one more xz stream: the committed sweeps are packed, `xzcat` reads them whole); it is how
+Prints one line per knob combination (median microseconds, GB/s) and appends the results as JSON lines stamped with
+the commit measured (`benchmarks.record.commit`; to an `.xz` file as one more xz stream: the committed sweeps are
+packed, `xzcat` reads them whole); it is how
 the hand schedules' default knobs were chosen. `--max-len` / `--split-len` replace the op benchmark's cache rows
 and split length (e.g. the split-KV kernel at B=1 over 4096 rows in splits of 32 instead of 128); `--position`
 puts every sequence there instead of at the last row (a decode step's cache is partly filled); `--knobs
@@ -30,6 +31,7 @@ import torch
 import tvm
 
 from benchmarks.configs import op_config
+from benchmarks.record import commit
 from benchmarks.run import GPU, check, clone, expected, input_sets, time_kernel
 from benchmarks.timing import gbps, time_graph
 from gdn_tvm.cli import add_dtype_arguments, dtypes
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             done = sweep(
                 name, args.preset, batch, rng, args.position, pool, args.knobs, args.out_of_place, dtypes(args), **shape
             )
-            append_rows(args.out, done)
+            append_rows(args.out, [{"commit": commit(), **row} for row in done])
             rows += done
     if pool is not None:
         pool.shutdown()
