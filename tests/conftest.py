@@ -154,7 +154,10 @@ COMMITTED_BF16_STEP_LOGS = {
     "4b-B32-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=32),
 }
 # Default steps whose every op has a record too, too wide to emulate in CI.
-COMMITTED_BF16_WIDE_STEP_LOGS = {"4b-B256-bf16": DecodeConfig(preset("qwen3.5-4b"), batch=256)}
+COMMITTED_BF16_WIDE_STEP_LOGS = {
+    f"{name.removeprefix('qwen3.5-')}-B256-bf16": DecodeConfig(preset(name), batch=256)
+    for name in ("qwen3.5-0.8b", "qwen3.5-4b")
+}
 
 
 def model_only_ops(cfg: DecodeConfig) -> tuple[str, ...]:
