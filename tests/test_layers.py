@@ -17,7 +17,7 @@ from gdn_tvm.plan import step_ops, stored_dtype
 from gdn_tvm.reference.decode_step import attention_mixer_step, gdn_mixer_step
 from gdn_tvm.runtime import layers
 from gdn_tvm.runtime.stack import HybridStack
-from gdn_tvm.runtime.weights import random_weights, unstack
+from gdn_tvm.runtime.weights import BF16_OVERFLOW, random_weights, unstack
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
 from gdn_tvm.verify import tolerance
@@ -292,6 +292,19 @@ def test_nan_weight_is_rejected_by_name():
     w = random_weights(cfg.model, "gdn", np.random.default_rng(0))
     w["out_proj"][3, 5] = np.nan
     with pytest.raises(ArgumentError, match="out_proj"):
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
+
+
+def test_float32_weight_past_bf16_range_is_rejected_by_name():
+    """A float32 weight finite in float32 but rounding to inf in a bf16 stack's storage (from 0x7F7F8000 up) is
+    refused, naming it; the largest one that rounds to a finite bf16 is taken."""
+    cfg = BF16_CASES["0.8b-B1-bf16"]
+    w = random_weights(cfg.model, "gdn", np.random.default_rng(0))
+    w["norm"][1] = -np.nextafter(BF16_OVERFLOW, np.float32(0))
+    with pytest.raises(ArgumentError, match="kernels: no kernel"):  # the weights passed: binding the launches next
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
+    w["norm"][2] = -BF16_OVERFLOW
+    with pytest.raises(ArgumentError, match=r"weight norm: holds NaN or inf \(as bfloat16\)"):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
 
 

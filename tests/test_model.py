@@ -227,6 +227,65 @@ def test_a_bad_request_is_refused_by_name_and_changes_nothing(tmp_path, rng, fie
         np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
 
 
+def test_a_bad_slot_is_refused_by_name_and_leaves_every_lane_free(tmp_path, rng):
+    """A slot that is not a free slot's int index (a float or bool equal to one, one out of range) is refused naming
+    `slot`, before any lane or slot is taken or any input written: the next request decodes as on a fresh model."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=1, slots=2)
+    with pytest.raises(RuntimeError, match=r"capture\(\) makes CUDA graphs: this model runs on cpu"):
+        model.capture()
+    before = {name: t.numpy().copy() for name, t in model.inputs.items()}
+    for slot in (1.0, True, 2, -1, "1"):
+        with pytest.raises(ArgumentError, match="slot: expected a free slot"):
+            model.start(Request([1, 2], 3), slot=slot)
+    for name, t in model.inputs.items():
+        np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
+    assert model.generate([Request([1, 2], 3)]) == ours(tmp_path, "float32", batch=1, slots=2).generate(
+        [Request([1, 2], 3)]
+    )
+
+
+def test_a_steps_events_are_read_once_and_before_its_ticket_comes_round(tmp_path, rng):
+    """`events(ticket)` frees the lanes that finished once: a second read, a ticket never launched or one launched
+    before `reset_lanes` is refused naming `ticket`, and a third launch before the first's events are read is refused,
+    so no lane is ever freed twice (two requests on one lane) or lost."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=2, slots=3)
+    model.start(Request([5], 1))  # finishes on its first step
+    ticket = model.launch()
+    assert model.events(ticket)[1].sum() == 1
+    for bad in (ticket, 1 - ticket, 7, True):
+        with pytest.raises(ArgumentError, match="ticket: expected an unread ticket"):
+            model.events(bad)
+    lanes = [model.start(Request([1, 2], 6)), model.start(Request([3], 6))]
+    assert sorted(lanes) == [0, 1]
+    with pytest.raises(RuntimeError, match="lanes are busy"):
+        model.start(Request([4], 6))
+    first, _ = model.launch(), model.launch()
+    with pytest.raises(RuntimeError, match=f"events of ticket {first} are unread"):
+        model.launch()
+    model.events(first)
+    model.reset_lanes()
+    with pytest.raises(ArgumentError, match="ticket"):
+        model.events(1 - first)
+
+
+@pytest.mark.parametrize("budget", [2**63 - 1, np.int32(2**31 - 1), np.int64(2**63 - 1), np.uint64(2**64 - 1)])
+def test_a_budget_past_the_cache_decodes_to_the_cache_end(tmp_path, rng, budget):
+    """`max_new_tokens` as large as its integer type holds (numpy's wrap around) ends at the cache's last row."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32")
+    lane = model.start(Request([1, 2], budget))
+    assert model.inputs["limits"].numpy()[lane] == model.cfg.max_len
+
+
+def test_a_model_refuses_stop_ids_that_are_not_integers_by_name(tmp_path, rng):
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    for stops in ("12", [2.9], ["7"], 5, [True]):
+        with pytest.raises(ArgumentError, match="stop_ids: expected integer token ids"):
+            ours(tmp_path, "float32", stop_ids=stops)
+
+
 def test_a_model_refuses_stop_ids_it_cannot_hold_by_name(tmp_path, rng):
     """More than STOP_IDS ids, or one outside the vocabulary: `ArgumentError` naming `stop_ids` (the limits
     `checkpoint.stop_ids` holds a checkpoint's EOS ids to, naming the file)."""

@@ -69,7 +69,7 @@ class Model:
         self.cfg, self.device, self.sampling = cfg, device, sampling
         plan = model_plan(cfg, sampling)
         B = cfg.batch
-        stops = [int(s) for s in stop_ids]
+        stops = _token_ids("stop_ids", stop_ids)
         if problem := cfg.model.stop_ids_problem(stops):
             raise ArgumentError(f"stop_ids: {problem}, got {stops}")
         self.inputs: dict[str, tvm.runtime.Tensor] = {}
@@ -84,6 +84,7 @@ class Model:
         self._events = self.bound.out
         self._free_lanes, self._free_slots = deque(range(B)), deque(range(cfg.slots))
         self._lane_slot: dict[int, int] = {}
+        self._unread: set[int] = set()  # tickets of launched steps whose events were not read yet
         self._lock = threading.RLock()
         self._readback: _Eager | _Graphs = _Eager(self.bound, self._events)
 
@@ -91,59 +92,69 @@ class Model:
     def capture(self) -> None:
         """Capture the step as two CUDA graphs (each copying its events to its own pinned host buffer); later steps
         replay them in turn. One eager step with no lane active first loads every kernel."""
+        if self.device.dlpack_device_type() != tvm.cuda().dlpack_device_type():
+            raise RuntimeError(f"capture() makes CUDA graphs: this model runs on {self.device}")
         if self._lane_slot:
             raise RuntimeError("capture() with lanes in flight: capture before starting requests")
         self.bound.run()
         self._readback = _Graphs(self.bound, self._events, self.device.index)
+        self._unread.clear()
 
     @locked
     def start(self, request: Request, slot: int | None = None) -> int:
         """Put `request` on a free lane with a free slot (`slot`, or the one free longest), its states zeroed; returns
         the lane. `ArgumentError` names the field of a bad request or a slot in use, before anything is written;
         `RuntimeError` when no lane is free."""
-        prompt = check_request(self.cfg, request, self.sampling)
+        prompt, fields = check_request(self.cfg, request, self.sampling)
         if not self._free_lanes:
             raise RuntimeError(f"all {self.cfg.batch} lanes are busy")
-        if slot is not None and slot not in self._free_slots:
-            raise ArgumentError(f"slot={slot} is not a free slot (free: {sorted(self._free_slots)})")
-        slot = self._free_slots.popleft() if slot is None else slot
-        if slot in self._free_slots:
-            self._free_slots.remove(slot)
-        lane = self._free_lanes.popleft()
-        self.bound.reset_slot(slot)
+        if slot is None:
+            slot = self._free_slots[0]
+        elif not _is_int(slot) or slot not in self._free_slots:
+            raise ArgumentError(f"slot: expected a free slot (free: {sorted(self._free_slots)}), got {slot!r}")
+        slot, lane = int(slot), self._free_lanes[0]
         n, L = len(prompt), self.cfg.max_len
         row = np.zeros(L, np.int32)
         row[:n] = prompt
         values = {
             "prompts": row,
             "prompt_lens": n,
-            "limits": min(n + request.max_new_tokens - 1, L),
-            "temperature": request.temperature,
-            "top_k": request.top_k,
-            "top_p": request.top_p,
-            "seed": request.seed,
+            "limits": min(n + fields.pop("max_new_tokens") - 1, L),
+            **fields,
             "steps": 0,
             "ids": prompt[0],
             "positions": 0,
             "slots": slot,  # last: the lane is live from here
         }
+        self.bound.reset_slot(slot)
         for name, value in values.items():
             write_row(self.inputs[name], lane, value)
+        self._free_slots.remove(slot)
+        self._free_lanes.popleft()
         self._lane_slot[lane] = slot
         return lane
 
     @locked
     def launch(self) -> int:
         """Launch one step for every live lane (replayed where captured); returns the ticket `events` takes. The host
-        does not wait: the step's events come back behind it."""
-        return self._readback.launch()
+        does not wait: the step's events come back behind it. `RuntimeError` (nothing launched) where the step
+        launched two before has unread events: its ticket is this one's."""
+        ticket = self._readback.next_ticket()
+        if ticket in self._unread:
+            raise RuntimeError(f"launch(): the events of ticket {ticket} are unread; read them (events) first")
+        self._unread.add(self._readback.launch())
+        return ticket
 
     @locked
     def events(self, ticket: int) -> np.ndarray:
         """[2, B] int32 of the step launched with `ticket` (waiting for it; read each before launching two more): the
         token each lane emitted (-1: none) and 1 where the lane finished. A finished lane and its slot are free again
-        once read."""
-        events = self._readback.wait(ticket)
+        once read. `ArgumentError` for a ticket with no unread step (read already, or launched before `reset_lanes`
+        or `capture`), the lanes untouched."""
+        if not _is_int(ticket) or ticket not in self._unread:
+            raise ArgumentError(f"ticket: expected an unread ticket of launch() {sorted(self._unread)}, got {ticket!r}")
+        events = self._readback.wait(int(ticket))
+        self._unread.remove(ticket)
         for lane in np.flatnonzero(events[1]):
             self._free_lanes.append(int(lane))
             self._free_slots.append(self._lane_slot.pop(int(lane)))
@@ -155,6 +166,8 @@ class Model:
         Live lanes advance `steps` positions."""
         if not isinstance(self._readback, _Graphs):
             raise RuntimeError("elapsed() times graph replays: capture() first")
+        if self._unread:
+            raise RuntimeError(f"elapsed(): the events of tickets {sorted(self._unread)} are unread; read them first")
         return self._readback.elapsed(steps)
 
     @locked
@@ -162,6 +175,7 @@ class Model:
         """Stop every lane (slot -1): every lane and slot free again (a slot's states are zeroed as a lane takes it)."""
         self.inputs["slots"].copyfrom(np.full(self.cfg.batch, -1, np.int32))
         self._lane_slot.clear()
+        self._unread.clear()
         self._free_lanes, self._free_slots = deque(range(self.cfg.batch)), deque(range(self.cfg.slots))
 
     @locked
@@ -200,16 +214,16 @@ class Model:
                 del owner[lane]
 
 
-def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) -> np.ndarray:
-    """`request`'s prompt as int32, after checking every field against `cfg` (and, without `sampling`, that it is
-    greedy): `ArgumentError` naming the field."""
+def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) -> tuple[np.ndarray, dict]:
+    """`request`'s prompt as int32 and its other fields as a lane holds them (Python ints, float32), after checking
+    every field against `cfg` (and, without `sampling`, that it is greedy): `ArgumentError` naming the field."""
     V, L = cfg.model.vocab_size, cfg.max_len
     prompt = np.asarray(request.prompt)
     if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
         raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
     if prompt.min() < 0 or prompt.max() >= V:
         raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
-    if not isinstance(request.max_new_tokens, int | np.integer) or request.max_new_tokens < 1:
+    if not _is_int(request.max_new_tokens) or request.max_new_tokens < 1:
         raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
     temperature, top_p = (_float32(name, getattr(request, name)) for name in ("temperature", "top_p"))
     if temperature > 0 and not sampling:
@@ -218,9 +232,26 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
         raise ArgumentError(f"top_p: expected a number in (0, 1] (float32), got {request.top_p}")
     for name in ("top_k", "seed"):
         value = getattr(request, name)
-        if not isinstance(value, int | np.integer) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
+        if not _is_int(value) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
             raise ArgumentError(f"{name}: expected an int, got {value!r}")
-    return prompt.astype(np.int32)
+    fields = {"max_new_tokens": int(request.max_new_tokens), "temperature": temperature, "top_p": top_p}
+    return prompt.astype(np.int32), fields | {"top_k": int(request.top_k), "seed": int(request.seed)}
+
+
+def _is_int(value) -> bool:
+    """A Python or numpy integer, not a bool."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def _token_ids(name: str, ids) -> list[int]:
+    """`ids` (an iterable of integers, not a string) as Python ints: `ArgumentError` naming `name` otherwise."""
+    try:
+        out = list(ids) if not isinstance(ids, str | bytes) else None
+    except TypeError:
+        out = None
+    if out is None or not all(_is_int(i) for i in out):
+        raise ArgumentError(f"{name}: expected integer token ids, got {ids!r}")
+    return [int(i) for i in out]
 
 
 def _float32(name: str, value) -> np.float32:
@@ -252,6 +283,9 @@ class _Eager:
         self._bound, self._events = bound, events
         self._host: list[np.ndarray | None] = [None, None]
         self._count = 0
+
+    def next_ticket(self) -> int:
+        return self._count % 2
 
     def launch(self) -> int:
         ticket, self._count = self._count % 2, self._count + 1
@@ -295,6 +329,9 @@ class _Graphs:
             cuda_check(cudart.cudaMemcpyAsync(dst, src, self._nbytes, kind, stream))
 
         return copy
+
+    def next_ticket(self) -> int:
+        return self._count % 2
 
     def launch(self) -> int:
         ticket, self._count = self._count % 2, self._count + 1

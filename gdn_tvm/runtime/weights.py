@@ -60,9 +60,15 @@ def _random(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.n
     return w
 
 
+# The float32 magnitude from which rounding to bfloat16 (to nearest even) gives inf: 0x7F7F8000, halfway past the
+# largest finite bfloat16.
+BF16_OVERFLOW = np.uint32(0x7F7F8000).view(np.float32)
+
+
 def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -> None:
     """Every weight of `expected` (a plan's `weights`: name -> shape and stored dtype) present, of its shape, in its
-    stored dtype (or float32), finite; the error names the weight (`what`: whose weights, for a missing one)."""
+    stored dtype (or float32), finite in its stored dtype; the error names the weight (`what`: whose weights, for a
+    missing one)."""
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise ArgumentError(f"{what} weights: missing {missing}")
@@ -73,9 +79,14 @@ def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -
         accepted = dict.fromkeys((want.dtype, "float32"))
         if _dtype(w) not in accepted:
             raise ArgumentError(f"weight {name}: expected {' or '.join(accepted)}, got {_dtype(w)}")
-        finite = bool(w.isfinite().all()) if hasattr(w, "isfinite") else np.isfinite(to_host(w)).all()  # torch: there
+        rounded = _dtype(w) != want.dtype  # float32 given, bf16 stored: finite only below where bf16 overflows
+        limit = BF16_OVERFLOW if rounded else np.float32(np.inf)
+        if hasattr(w, "abs"):  # torch: checked where it lives
+            finite = bool((w.abs() < float(limit)).all())
+        else:
+            finite = bool((np.abs(to_host(w)) < limit).all())  # NaN compares false
         if not finite:
-            raise ArgumentError(f"weight {name}: holds NaN or inf")
+            raise ArgumentError(f"weight {name}: holds NaN or inf" + (f" (as {want.dtype})" if rounded else ""))
 
 
 def unstack(m: ModelConfig, weights: dict) -> dict:
