@@ -196,8 +196,9 @@ def test_zero_centred_norm_weights_come_through_as_stored(tmp_path, rng, weight_
 
 def test_a_weight_dtype_outside_the_table_is_refused_by_name(tmp_path, rng):
     write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
-    with pytest.raises(ArgumentError, match="weight_dtype: expected one of"):
-        load_checkpoint(tmp_path, "float16")
+    for dtype in ("float16", ["bfloat16"], None):
+        with pytest.raises(ArgumentError, match="weight_dtype: expected one of"):
+            load_checkpoint(tmp_path, dtype)
 
 
 @pytest.mark.parametrize("nested", [False, True])
@@ -394,9 +395,12 @@ def test_config_json_that_is_not_a_json_object_is_named(tmp_path, rng, content, 
 
 def test_a_layer_count_that_is_not_the_checkpoints_is_named(tmp_path, rng):
     write_checkpoint(tmp_path, rng, fused=False, prefix="model.layers.")
-    config = with_field(with_field(HF_CONFIG, "layer_types", DELETE), "num_hidden_layers", 10**12)
+    config = with_field(with_field(HF_CONFIG, "layer_types", DELETE), "num_hidden_layers", 10**6)
     write_config(tmp_path, config, nested=False)
-    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers=1000000000000, but .* layers 0\.\.3"):
+    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers=1000000, but .* layers 0\.\.3"):
+        load_checkpoint(tmp_path)
+    write_config(tmp_path, with_field(config, "num_hidden_layers", 2**31), nested=False)
+    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers: expected an integer in \[1, 2\^31\)"):
         load_checkpoint(tmp_path)
 
 

@@ -27,14 +27,16 @@ STEPS = 64  # decoded tokens a request
 _KERNELS: dict[tuple[DecodeConfig, tuple[str, ...]], dict] = {}
 
 
-def save_hf_model(path, seed: int, tied: bool, dtype: str):
-    """A tiny random `Qwen3_5ForCausalLM` saved in `dtype`; returns it in float32 holding the saved values (a bf16
-    checkpoint's weights widened: float32 math on the stored weights, as our kernels do)."""
+def save_hf_model(path, seed: int, tied: bool, dtype: str, **sizes):
+    """A tiny random `Qwen3_5ForCausalLM` (`TINY`, with `sizes` replacing its fields) saved in `dtype`; returns it in
+    float32 holding the saved values (a bf16 checkpoint's weights widened: float32 math on the stored weights, as our
+    kernels do)."""
     import torch
     import transformers
 
     torch.manual_seed(seed)
-    model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TINY, tie_word_embeddings=tied))
+    config = transformers.Qwen3_5TextConfig(**(TINY | sizes), tie_word_embeddings=tied)
+    model = transformers.Qwen3_5ForCausalLM(config)
     with torch.no_grad():  # spreads like a trained model's (the defaults: zero norms, 0.02-std projections)
         for name, p in model.named_parameters():
             if name.endswith("linear_attn.norm.weight"):  # the gated norm multiplies by w itself
@@ -124,6 +126,18 @@ def test_greedy_decode_matches_transformers(tmp_path, rng, dtype, tied):
     assert len(tokens[0]) == STEPS
     tol = 1e-4 if dtype == "float32" else tolerance((dtype,), layer=True)
     assert_matches_hf(hf, request, tokens[0], logits[0], tol, f"{dtype} {'tied' if tied else 'untied'}")
+
+
+def test_odd_sizes_decode_as_transformers(tmp_path, rng):
+    """A checkpoint whose stacked projections' parts do not start on `VIEW_ALIGN` bytes (hidden 60, intermediate 50:
+    the stacks are joined on the host) decodes as transformers does."""
+    hf = save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32", hidden_size=60, intermediate_size=50)
+    model = ours(tmp_path, "float32")
+    request = Request(rng.integers(0, TINY["vocab_size"], 3).tolist(), 8)
+    model.start(request)
+    tokens, logits = decode(model, {0: request})
+    assert len(tokens[0]) == 8
+    assert_matches_hf(hf, request, tokens[0], logits[0], 1e-4, "hidden 60, intermediate 50")
 
 
 def test_three_lanes_on_scattered_slots_one_finishing_early(tmp_path, rng):

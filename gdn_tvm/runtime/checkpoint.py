@@ -87,10 +87,10 @@ class _Section:
         return None if value is None else _Section(value, self.file, f"{self.path}{key}.")
 
     def size(self, key: str, default: object = _REQUIRED) -> int:
-        """An integer >= 1 (not a bool, not 64.0)."""
+        """An integer in [1, 2^31) (not a bool, not 64.0): the kernels index with int32."""
         value = self.get(key, default)
-        if type(value) is not int or value < 1:
-            raise self.error(key, f"expected an integer >= 1, got {reprlib.repr(value)}")
+        if type(value) is not int or not 1 <= value < 2**31:
+            raise self.error(key, f"expected an integer in [1, 2^31), got {reprlib.repr(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -354,7 +354,7 @@ def load_checkpoint(path: str | Path, weight_dtype: str = "bfloat16") -> Checkpo
     """Every weight of the text model in a checkpoint directory (`Checkpoint`), in their stored dtypes at
     `weight_dtype` (a `config.DTYPES` name); `CheckpointError` (an `ArgumentError`) naming the file and the field or
     tensor where a check fails, `ArgumentError` naming `weight_dtype` for a dtype outside `DTYPES`."""
-    if weight_dtype not in DTYPES:
+    if not isinstance(weight_dtype, str) or weight_dtype not in DTYPES:
         raise ArgumentError(f"weight_dtype: expected one of {tuple(DTYPES)}, got {weight_dtype!r}")
     path = Path(path)
     cfg_file = path / "config.json"

@@ -6,6 +6,7 @@ bf16, once, where it lives (numpy on the host, a torch tensor on its device)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -13,7 +14,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import STACKED, ModelConfig
-from gdn_tvm.plan import WEIGHTS, Buffer, block_weights, model_weights
+from gdn_tvm.plan import VIEW_ALIGN, WEIGHTS, Buffer, block_weights, model_weights
 from gdn_tvm.runtime.views import row_view
 from gdn_tvm.signature import ArgumentError, address, device_of, is_contiguous, to_host
 
@@ -109,13 +110,19 @@ def upload(
     already there in that dtype (numpy on the CPU, torch on the GPU, TVM tensors) are shared through DLPack without
     a copy when contiguous and 64-byte aligned; the rest are copied, float32 ones rounded first where they live. Each
     of `stacks` (name -> parts) becomes one tensor of that name, each part's rows copied once into it from wherever
-    the part lives (device to device for a GPU tensor)."""
+    the part lives (device to device for a GPU tensor), or the parts joined on the host where one would start off the
+    `VIEW_ALIGN` bytes a view needs (odd sizes of small checkpoints)."""
     stacked = {part for parts in stacks.values() for part in parts}
     weights = {name: _stored(weights[name], w.dtype) for name, w in expected.items()}
     out = {name: _on_device(w, device) for name, w in weights.items() if name not in stacked}
     for name, parts in stacks.items():
         shapes = [tuple(weights[p].shape) for p in parts]
         dtype = expected[parts[0]].dtype
+        starts = itertools.accumulate((math.prod(shape) for shape in shapes[:-1]), initial=0)
+        if any(start * np.dtype(dtype).itemsize % VIEW_ALIGN for start in starts):  # a part no view can start at
+            whole = np.concatenate([to_host(weights[p]) for p in parts])
+            out[name] = tvm.runtime.tensor(whole, device)
+            continue
         whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), dtype, device)
         start = 0
         for part, shape in zip(parts, shapes, strict=True):
