@@ -81,11 +81,11 @@ def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -
         if _dtype(w) not in accepted:
             raise ArgumentError(f"weight {name}: expected {' or '.join(accepted)}, got {_dtype(w)}")
         rounded = _dtype(w) != want.dtype  # float32 given, bf16 stored: finite only below where bf16 overflows
-        limit = BF16_OVERFLOW if rounded else np.float32(np.inf)
-        if hasattr(w, "abs"):  # torch: checked where it lives
-            finite = bool((w.abs() < float(limit)).all())
+        if hasattr(w, "isfinite"):  # torch: checked where it lives
+            finite = bool((w.abs() < float(BF16_OVERFLOW)).all() if rounded else w.isfinite().all())
         else:
-            finite = bool((np.abs(to_host(w)) < limit).all())  # NaN compares false
+            host = to_host(w)
+            finite = bool((np.abs(host) < BF16_OVERFLOW).all() if rounded else np.isfinite(host).all())  # NaN: false
         if not finite:
             raise ArgumentError(f"weight {name}: holds NaN or inf" + (f" (as {want.dtype})" if rounded else ""))
 
