@@ -174,6 +174,11 @@ def _check_index(a: Arg, host: np.ndarray) -> None:
             raise ArgumentError(f"{a.name}: active slots must be distinct, got {host.tolist()}")
 
 
+def is_integer(value: object) -> bool:
+    """A Python or numpy integer, not a bool (which Python counts as one)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
 def is_float(dtype: object) -> bool:
     """A floating dtype, bfloat16 (ml_dtypes: not numpy's kind "f") included."""
     dt = np.dtype(dtype)  # type: ignore[call-overload]

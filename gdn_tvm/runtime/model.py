@@ -28,7 +28,7 @@ from gdn_tvm.runtime.checkpoint import Checkpoint
 from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
 from gdn_tvm.runtime.layers import Kernels, Layer, write_row
 from gdn_tvm.runtime.stack import locked
-from gdn_tvm.signature import ArgumentError
+from gdn_tvm.signature import ArgumentError, is_integer
 
 # The lanes' inputs at rest: no lane active (slot -1), sampling greedy, no stop ids (-1), valid everywhere else.
 _AT_REST = {"slots": -1, "top_p": 1.0, "prompt_lens": 1, "limits": 1, "stop_ids": -1}
@@ -110,7 +110,7 @@ class Model:
             raise RuntimeError(f"all {self.cfg.batch} lanes are busy")
         if slot is None:
             slot = self._free_slots[0]
-        elif not _is_int(slot) or slot not in self._free_slots:
+        elif not is_integer(slot) or slot not in self._free_slots:
             raise ArgumentError(f"slot: expected a free slot (free: {sorted(self._free_slots)}), got {slot!r}")
         slot, lane = int(slot), self._free_lanes[0]
         n, L = len(prompt), self.cfg.max_len
@@ -151,7 +151,7 @@ class Model:
         token each lane emitted (-1: none) and 1 where the lane finished. A finished lane and its slot are free again
         once read. `ArgumentError` for a ticket with no unread step (read already, or launched before `reset_lanes`
         or `capture`), the lanes untouched."""
-        if not _is_int(ticket) or ticket not in self._unread:
+        if not is_integer(ticket) or ticket not in self._unread:
             raise ArgumentError(f"ticket: expected an unread ticket of launch() {sorted(self._unread)}, got {ticket!r}")
         events = self._readback.wait(int(ticket))
         self._unread.remove(ticket)
@@ -223,7 +223,7 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
         raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
     if prompt.min() < 0 or prompt.max() >= V:
         raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
-    if not _is_int(request.max_new_tokens) or request.max_new_tokens < 1:
+    if not is_integer(request.max_new_tokens) or request.max_new_tokens < 1:
         raise ArgumentError(f"max_new_tokens: expected an int >= 1, got {request.max_new_tokens!r}")
     temperature, top_p = (_float32(name, getattr(request, name)) for name in ("temperature", "top_p"))
     if temperature > 0 and not sampling:
@@ -232,15 +232,10 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
         raise ArgumentError(f"top_p: expected a number in (0, 1] (float32), got {request.top_p}")
     for name in ("top_k", "seed"):
         value = getattr(request, name)
-        if not _is_int(value) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
+        if not is_integer(value) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
             raise ArgumentError(f"{name}: expected an int, got {value!r}")
     fields = {"max_new_tokens": int(request.max_new_tokens), "temperature": temperature, "top_p": top_p}
     return prompt.astype(np.int32), fields | {"top_k": int(request.top_k), "seed": int(request.seed)}
-
-
-def _is_int(value) -> bool:
-    """A Python or numpy integer, not a bool."""
-    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def _token_ids(name: str, ids) -> list[int]:
@@ -249,7 +244,7 @@ def _token_ids(name: str, ids) -> list[int]:
         out = list(ids) if not isinstance(ids, str | bytes) else None
     except TypeError:
         out = None
-    if out is None or not all(_is_int(i) for i in out):
+    if out is None or not all(is_integer(i) for i in out):
         raise ArgumentError(f"{name}: expected integer token ids, got {ids!r}")
     return [int(i) for i in out]
 

@@ -14,7 +14,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import Kernels, Layer, StepBuffers, bind_layer
 from gdn_tvm.runtime.weights import random_weights
-from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device, device_of, to_host
+from gdn_tvm.signature import HOST, Arg, ArgumentError, check_args, check_device, device_of, is_integer, to_host
 
 _Method = TypeVar("_Method", bound=Callable)
 
@@ -156,7 +156,7 @@ class HybridStack:
             layer.reset_slot(slot)
 
     def _check_slot(self, slot: int) -> None:
-        if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
+        if not is_integer(slot):
             raise ArgumentError(f"slot: expected an int, got {type(slot).__name__}")
         if not 0 <= slot < self.cfg.slots:
             raise ArgumentError(f"slot={slot} is outside [0, {self.cfg.slots})")

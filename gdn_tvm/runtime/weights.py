@@ -118,18 +118,15 @@ def upload(
     for name, parts in stacks.items():
         shapes = [tuple(weights[p].shape) for p in parts]
         dtype = expected[parts[0]].dtype
-        starts = itertools.accumulate((math.prod(shape) for shape in shapes[:-1]), initial=0)
+        starts = list(itertools.accumulate((math.prod(shape) for shape in shapes[:-1]), initial=0))
         if any(start * np.dtype(dtype).itemsize % VIEW_ALIGN for start in starts):  # a part no view can start at
-            whole = np.concatenate([to_host(weights[p]) for p in parts])
-            out[name] = tvm.runtime.tensor(whole, device)
+            out[name] = tvm.runtime.tensor(np.concatenate([to_host(weights[p]) for p in parts]), device)
             continue
         whole = tvm.runtime.empty((sum(rows for rows, _ in shapes), shapes[0][1]), dtype, device)
-        start = 0
-        for part, shape in zip(parts, shapes, strict=True):
+        for part, shape, start in zip(parts, shapes, starts, strict=True):
             w = weights[part]
             source = _on_device(w, device) if _lives_on(w, device) else np.ascontiguousarray(to_host(w))
             row_view(whole, start, shape).copyfrom(source)
-            start += math.prod(shape)
         out[name] = whole
     return out
 
