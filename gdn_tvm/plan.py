@@ -510,9 +510,10 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     sampled = p.add("sampled", (B,), "act", "int32")
     if sampling:
         draw = {name: name for name in ("temperature", "top_k", "top_p", "seed")}
-        p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled)
+        work = {name: p.add(name, shape, "act", dtype) for name, (shape, dtype) in cfg.sample_workspace.items()}
+        p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled, **work)
     else:
-        chunks = (B, cfg.argmax_chunks)
+        chunks = (B, cfg.logit_chunks)
         first = p.add("chunk_first", chunks, "act", "int32")
         p.launch("argmax", logits=logits, chunk_max=p.act("chunk_max", *chunks), chunk_first=first, tokens=sampled)
     lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}

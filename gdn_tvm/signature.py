@@ -4,6 +4,7 @@ A signature is the ordered list of a PrimFunc's parameters as `Arg`s. Roles:
   in       activation input                      weight   model weight (checked for NaN/inf)
   out      output, fully written by the kernel   state    pool updated in place (conv, recurrent, KV)
   index    int32 slots or positions, checked against `bound` (slot -1 means "skip this lane")
+  scratch  workspace the kernel writes before it reads (a chain of launches' partial results): no result
 An `Arg` with `alias` is the write side of an in-place state: the caller passes the state once and
 the launcher binds it to both parameters.
 
@@ -19,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-ROLES = ("in", "weight", "out", "state", "index")
+ROLES = ("in", "weight", "out", "state", "index", "scratch")
 DEVICE_NAMES = {1: "cpu", 2: "cuda"}
 
 Sampler = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
@@ -185,6 +186,11 @@ def is_float(dtype: object) -> bool:
     return dt.kind == "f" or dt == ml_dtypes.bfloat16
 
 
+def peaked_logits(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Logits spread like a trained model's (a few tokens carry most of the probability)."""
+    return (4.0 * rng.standard_normal(shape)).astype(np.float32)
+
+
 def poisoned(arg: Arg) -> np.ndarray:
     """A host array for an output that no kernel writes (so an unwritten element fails a comparison): NaN, or an
     integer output's most negative value."""
@@ -196,7 +202,7 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:
     """A fresh random value for an input, weight, state or index argument."""
     if arg.sample is not None:
         return arg.sample(rng, arg.shape)
-    if arg.role == "out":
+    if arg.role in ("out", "scratch"):
         return poisoned(arg)
     if arg.role == "index":
         lo, hi = arg.limits

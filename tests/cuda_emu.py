@@ -3,7 +3,8 @@
 `lower` compiles a scheduled op (a hand schedule or a tuning record's) as the build does and returns its CUDA source
 with its launches, read
 from the host function TVM's `SplitHostDevice` leaves (kernel names in launch order, which `main` parameter each
-kernel argument is, grid and block extents). `launcher` compiles that source with `cuda_emu.h` (a CUDA shim whose
+kernel argument is or which host loop counter's value, grid and block extents; host loops of constant extent around
+launches unrolled). `launcher` compiles that source with `cuda_emu.h` (a CUDA shim whose
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
@@ -65,13 +66,20 @@ class NotEmulated(Exception):
 
 
 @dataclass(frozen=True)
+class Counter:
+    """A host loop counter's value passed to a kernel (a chain of launches, one an iteration)."""
+
+    value: int
+
+
+@dataclass(frozen=True)
 class Launch:
     """One kernel launch of the host function: `args[i]` is the index of the `main` parameter passed as the
-    kernel's i-th argument; `grid` and `block` are (x, y, z) extents; `dynamic_shared` the bytes of its dynamic shared
-    memory."""
+    kernel's i-th argument, or a `Counter` (a host loop's value at this launch); `grid` and `block` are (x, y, z)
+    extents; `dynamic_shared` the bytes of its dynamic shared memory."""
 
     kernel: str
-    args: tuple[int, ...]
+    args: tuple[int | Counter, ...]
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     dynamic_shared: int = 0
@@ -99,21 +107,30 @@ def lower(mod: tvm.IRModule) -> tuple[str, list[Launch]]:
 
 
 def _launches(main: tirx.PrimFunc) -> list[Launch]:
-    """The `tirx.call_ffi_kernel` calls of the host function, which declares buffer views and launches, no more."""
-    stmts = main.body.seq if isinstance(main.body, tirx.SeqStmt) else [main.body]
+    """The `tirx.call_ffi_kernel` calls of the host function, which declares buffer views and launches (in loops of
+    constant extent, unrolled), no more."""
     views: list[tirx.DeclBuffer] = []
-    launches = []
-    for stmt in stmts:
-        if isinstance(stmt, tirx.DeclBuffer):
+    launches: list[Launch] = []
+
+    def visit(stmt: tirx.Stmt, counters: dict) -> None:
+        if isinstance(stmt, tirx.SeqStmt):
+            for s in stmt.seq:
+                visit(s, counters)
+        elif isinstance(stmt, tirx.DeclBuffer):
             views.append(stmt)
         elif isinstance(stmt, tirx.Evaluate) and stmt.value.op.name == "tirx.call_ffi_kernel":
-            launches.append(_launch(stmt.value, main.params, views))
+            launches.append(_launch(stmt.value, main.params, views, counters))
+        elif isinstance(stmt, tirx.For) and all(isinstance(e, tirx.IntImm) for e in (stmt.min, stmt.extent)):
+            for value in range(int(stmt.min), int(stmt.min) + int(stmt.extent)):
+                visit(stmt.body, counters | {stmt.loop_var: value})
         else:
             raise NotEmulated(f"host code other than launches: {type(stmt).__name__}")
+
+    visit(main.body, {})
     return launches
 
 
-def _launch(call: tvm.ir.Call, params, views) -> Launch:
+def _launch(call: tvm.ir.Call, params, views, counters: dict) -> Launch:
     """`call_ffi_kernel(name, *kernel args, *extents, launch_params=tags)`: the extents are what the runtime passes to
     the CUDA launch, one per tag (`blockIdx.x`, `threadIdx.y`, ...; an axis without a tag has extent 1)."""
     tags = list(call.attrs.launch_params)
@@ -124,7 +141,9 @@ def _launch(call: tvm.ir.Call, params, views) -> Launch:
     dims = {tag: int(e) for tag, e in zip(tags, extents, strict=True)}
     grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
     block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
-    args = tuple(_param_index(a, params, views) for a in call.args[1 : 1 + n_args])
+    args = tuple(
+        Counter(counters[a]) if a in counters else _param_index(a, params, views) for a in call.args[1 : 1 + n_args]
+    )
     return Launch(str(call.args[0].value), args, grid, block, dims.get("tirx.use_dyn_shared_memory", 0))
 
 
@@ -158,7 +177,10 @@ def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
     def run(*values) -> None:
         guarded = Guarded(values)
         for launch in launches:
-            cells = [_cell(t, guarded.values[i]) for t, i in zip(types[launch.kernel], launch.args, strict=True)]
+            cells = [
+                _cell(t, i.value if isinstance(i, Counter) else guarded.values[i])
+                for t, i in zip(types[launch.kernel], launch.args, strict=True)
+            ]
             argv = (ctypes.c_void_p * len(cells))(*(ctypes.addressof(c) for c in cells))
             dims = (ctypes.c_uint * 6)(*launch.grid, *launch.block)
             with LAUNCHING:

@@ -1,6 +1,6 @@
 """Sampling: the Philox generator against its published known-answer vectors; the kernel (llvm and the emulated CUDA
-kernel) against the reference over the whole 248,320-token vocabulary, token ids exactly; greedy ties; the draw's
-frequencies against the distribution it samples."""
+kernel, its chain of launches) against the reference over the whole 248,320-token vocabulary, token ids exactly;
+greedy ties; the draw's frequencies against the distribution it samples."""
 
 from __future__ import annotations
 
@@ -17,10 +17,17 @@ from gdn_tvm.signature import sample as draw
 from gdn_tvm.signature import visible
 from gdn_tvm.target import llvm
 from gdn_tvm.tuning.space import knob_grid
+from gdn_tvm.verify import reference_copy
 
 OP = OPS["sample"]
 FULL = CASES["4b-B3"].replace(vocab_size=preset("qwen3.5-4b").vocab_size)  # 3 lanes of 248,320 logits
 SMALL = CASES["4b-B3"].replace(vocab_size=1000)
+TINY = CASES["4b-B3"].replace(vocab_size=333)  # 6 chunks, the last one shorter
+
+
+def _emulated(cfg, **knobs):
+    return emulated(OP, cfg, *lower(OP.schedule(cfg, "cuda", **knobs).mod))
+
 
 # Random123's kat_vectors for philox4x32_10: (counter, key, output).
 KNOWN_ANSWERS = [
@@ -42,15 +49,26 @@ def test_philox_matches_the_published_known_answers(counter, key, words):
 def _kernel(cfg, target: str):
     if target == "llvm":
         return compile_op(OP, cfg, llvm())
-    return emulated(OP, cfg, *lower(OP.schedule(cfg, "cuda").mod))
+    return _emulated(cfg, threads=128)
 
 
-@pytest.mark.parametrize("target", ["llvm", "cuda"])
-def test_whole_vocabulary_tokens_match_reference(target, rng):
+def test_whole_vocabulary_tokens_match_reference(rng):
     """Three draws of three lanes each (greedy, top-k, top-p and plain sampling mixed), token ids exactly."""
-    kernel = _kernel(FULL, target)
+    kernel = _kernel(FULL, "llvm")
     for _ in range(3):
         check_kernel_against_reference(OP, FULL, kernel, rng)
+
+
+def test_whole_vocabulary_cuda_chain_matches_reference(rng):
+    """The emulated CUDA chain (256 CTAs a lane) on two lanes, both drawing with top-k and top-p on: token ids
+    exactly (one draw: the emulator runs the chain's ~18 million threads in about a minute)."""
+    cfg = FULL.replace(batch=2)
+    kernel = _emulated(cfg, threads=128)
+    values = _values(cfg, rng, temperature=[0.7, 1.3], top_k=[50, 4000], top_p=[0.9, 0.6])
+    expect = reference_copy(values)
+    OP.run_reference(cfg, expect)
+    kernel(**values)
+    assert values["tokens"].tolist() == expect["tokens"].tolist()
 
 
 def _values(cfg, rng, **fixed) -> dict:
@@ -108,5 +126,4 @@ def test_reference_uniform_is_philox_of_seed_and_step():
 def test_every_cuda_design_matches_reference(rng):
     """Each CTA width of the knob grid on the emulated CUDA kernel, at a vocabulary none of them divides."""
     for knobs in knob_grid(OP, "cuda"):
-        kernel = emulated(OP, SMALL, *lower(OP.schedule(SMALL, "cuda", **knobs).mod))
-        check_kernel_against_reference(OP, SMALL, kernel, rng)
+        check_kernel_against_reference(OP, TINY, _emulated(TINY, **knobs), rng)

@@ -7,8 +7,9 @@ the `top_k`-th largest (all of them where `top_k <= 0` or `top_k >= V`; ties at 
 the highest logits whose probability under `softmax(logits / temperature)` over those candidates reaches `top_p`
 (where `top_p < 1`; ties again all kept), and the token is drawn by inverse CDF in index order with one uniform
 number from Philox-4x32-10 (key: the lane's `seed`, counter: its `step`), so a step is reproduced exactly, eagerly
-or in a replayed graph. Thresholds are found by bitwise search over an order-preserving 32-bit key of the logits
-(one pass over the row per bit: no sort), the draw by bitwise search over the index (one pass per index bit).
+or in a replayed graph. Thresholds are found by search over an order-preserving 32-bit key of the logits, two bits a
+step (no sort), the draw by bitwise search over the chunks of the row, then over the chosen chunk's tokens. A chain of
+launches, each a CTA per (lane, chunk) of the row, shares every pass over a lane's row among C CTAs.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ from __future__ import annotations
 import numpy as np
 from tvm.script import tirx as T
 
-from gdn_tvm.config import DecodeConfig
-from gdn_tvm.ops.argmax import peaked_logits
+from gdn_tvm.config import KEY_BITS, SEARCH_DIGIT_BITS, DecodeConfig
 from gdn_tvm.philox import KEY_STEPS, MULTIPLIERS, ROUNDS, UNIFORM_BITS
-from gdn_tvm.signature import Arg
-
-KEY_BITS = 32  # bits of a logit's order key
+from gdn_tvm.signature import Arg, peaked_logits
 
 
 def _temperatures(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -47,7 +45,7 @@ def _counters(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 def signature(cfg: DecodeConfig) -> list[Arg]:
     """logits: [B, V] float32 (finite); temperature, top_p: [B] float32; top_k: [B] int32; seed, step: [B] int64
-    -> tokens: [B] int32."""
+    -> tokens: [B] int32, with the workspace of `scratch`."""
     B, V = cfg.batch, cfg.model.vocab_size
     return [
         Arg("logits", (B, V), sample=peaked_logits),
@@ -57,6 +55,7 @@ def signature(cfg: DecodeConfig) -> list[Arg]:
         Arg("seed", (B,), "int64", sample=_counters),
         Arg("step", (B,), "int64", sample=_counters),
         Arg("tokens", (B,), "int32", role="out"),
+        *scratch(cfg),
     ]
 
 
@@ -66,11 +65,6 @@ def order_key(x):
     bits = T.reinterpret("uint32", x)
     negative = T.shift_right(bits, T.uint32(31)) == T.uint32(1)
     return T.Select(negative, T.bitwise_not(bits), T.bitwise_or(bits, T.uint32(0x80000000)))
-
-
-def _bit(n, width: int):
-    """`1 << (width - 1 - n)` as uint32: the bit a search fixes at its step `n` (most significant first)."""
-    return T.shift_left(T.uint32(1), T.Cast("uint32", width - 1 - n))
 
 
 def _mulhilo(m: int, x):
@@ -101,38 +95,51 @@ def _philox_round(ctr, seed, b, r, w):
     return T.Select(w == 0, word0, T.Select(w == 1, lo1, T.Select(w == 2, word2, lo0)))
 
 
+STEPS = KEY_BITS // SEARCH_DIGIT_BITS  # steps of a threshold search
+TRIES = 2**SEARCH_DIGIT_BITS - 1  # thresholds a step tries
+
+
+def scratch(cfg: DecodeConfig) -> list[Arg]:
+    """The chain's workspace (`DecodeConfig.sample_workspace`)."""
+    return [Arg(name, shape, dtype, role="scratch") for name, (shape, dtype) in cfg.sample_workspace.items()]
+
+
 def make_sample(cfg: DecodeConfig):
-    """Per lane (blocks in order): "max" and "argmax" (the greedy token: the first index of the largest logit, the
-    token the `argmax` op picks); "topk_carry" / "topk_count" / "topk_step" (the top-k threshold key, a bit a step);
-    "topk_mass" (the candidates' total weight); "topp_carry" / "topp_mass" / "topp_step" (the top-p threshold key);
-    "kept_mass" and "last" (the kept tokens' total weight and last index); "philox_carry" / "philox_round" (the
-    uniform number); "cdf_carry" / "cdf_mass" / "cdf_step" (the drawn index, a bit a step); "token". A token's weight
-    is `exp((logit - max) / temperature)`; it is kept when its key is at least both thresholds. A search's state
-    before a step (written by its "carry" block: the start, or the previous step's result) and after it are separate
-    buffers, so no block reads what it writes (schedules can then bind the lane loop)."""
-    B, V = cfg.batch, cfg.model.vocab_size
-    NB = V.bit_length()  # index bits: every index and V itself are below 2**NB
+    """A chain of launches, a CTA per (lane, chunk) but the last (a CTA per lane), so C CTAs share each pass over a
+    lane's row; a launch leaves its results for the next in the `scratch` buffers.
+
+    Top-k launches n = 0..S (loop "topk"): launch n ends step n - 1 ("topk_total": the chunks' counts of its tries
+    summed; "topk_carry": the threshold key with the step's digit, the number of tries whose count reached top_k;
+    "topk_save": each chunk's copy in `kth`), then counts, for each try g of step n, the chunk's tokens whose key is
+    at least the threshold with digit g + 1 ("topk_count"). Launch 0 also finds each chunk's largest logit and its
+    first index ("chunk_max", "chunk_first", "chunk_out"); launch S the row's largest logit ("row_max", "max_save") and
+    the chunk's candidates' weight ("topk_mass"). Top-p launches n = 0..S (loop "topp") do the same with weights
+    ("topp_total", "topp_carry", "topp_save", "topp_mass": a try's mass sums the tokens at or above its key and the
+    top-k threshold); launch 0 also sums the candidates' weight ("zk_total", "zk_carry", "zk_save"), launch S the
+    chunk's kept weight ("kept_mass") and tokens after its last kept one ("last"). The last launch, a CTA a lane: the
+    greedy token ("row_top", "row_first"), the kept weight ("z_total"), the last kept index ("row_last"), the uniform
+    number ("philox_carry", "philox_round"), the inverse CDF by bitwise search over the chunks ("chunk_carry",
+    "chunk_below", "chunk_step": the last chunk at whose start the running sum of kept weight is at most `u z`), then
+    over that chunk's tokens ("cdf_carry", "cdf_mass", "cdf_step"), and "token".
+
+    A token's weight is `exp((logit - max) / temperature)`, float32, summed in float64 (a long tail of tiny weights
+    added in float32 drifts by a token's worth); each sum is a fixed tree, so a draw is reproducible. A step's tries
+    are monotone in their thresholds, so its digit is the number of tries that pass. Per-launch values are indexed by
+    the launch (`[n, ...]`: no block reads what it writes, so schedules can bind the lane and chunk loops)."""
+    B, V, C, S, G = cfg.batch, cfg.model.vocab_size, cfg.logit_chunks, STEPS, TRIES
+    L = -(-V // C)  # logits a chunk (the last one's `V - (C - 1) L`: 1 to L)
+    CB, LB = C.bit_length(), L.bit_length()  # bits of a chunk start (0..C) and of a place in a chunk (0..L)
     R = ROUNDS
+    NONE = T.max_value("int32")  # the min reducer's identity: no index found
+    LOW = T.min_value("float32")  # the max reducer's
 
-    def weight_if(cond, logits, vmax, temperature, b, i):
-        """The token's weight where `cond` holds, else 0, as float64: sums of a vocabulary's weights are float64
-        (in float32, a long tail of tiny weights added one by one drifts by a token's worth)."""
-        w = T.exp((logits[b, i] - vmax[b]) / temperature[b])
-        return T.Select(cond, T.Cast("float64", w), T.float64(0))
+    def index(c, i):
+        return c * L + i
 
-    def kept(logits, temperature, kth_step, pth_step, b, i):
-        """Token i is a candidate of a lane that draws (a greedy lane keeps none: its passes read no logits)."""
-        key = order_key(logits[b, i]) >= T.max(pth_step[b, KEY_BITS - 1], kth_step[b, KEY_BITS - 1])
-        return T.And(drawing(temperature, b), key)
+    def logit(logits, b, c, i):
+        """Logit `i` of lane b's chunk c, the row's last one past its end."""
+        return logits[b, T.min(index(c, i), V - 1)]
 
-    def with_bit(key, n):
-        return T.bitwise_or(key, _bit(n, KEY_BITS))
-
-    def top_k_of(top_k, b):
-        return T.Select(T.And(0 < top_k[b], top_k[b] < V), top_k[b], V)
-
-    # Whether lane b needs a pass at all: a greedy lane needs only "max" and "argmax", a lane with top-k off no top-k
-    # search, with top-p off no top-p search (nor the mass it compares with). A pass a lane skips reads no logits.
     def drawing(temperature, b):
         return temperature[b] > T.float32(0)
 
@@ -141,6 +148,23 @@ def make_sample(cfg: DecodeConfig):
 
     def p_search(temperature, top_p, b):
         return T.And(drawing(temperature, b), top_p[b] < T.float32(1))
+
+    def with_digit(key, n, digit):
+        """`key` with `digit` (uint32, 0..2^SEARCH_DIGIT_BITS - 1) at step `n` (most significant first)."""
+        return T.bitwise_or(key, T.shift_left(digit, T.Cast("uint32", KEY_BITS - SEARCH_DIGIT_BITS * (n + 1))))
+
+    def tries_passed(total, b, c, n, bar):
+        """Step `n`'s digit: how many of its tries' totals (`total[n, b, c, g]`) reach `bar`, as uint32."""
+        passed = T.Select(total[n, b, c, 0] >= bar, T.uint32(1), T.uint32(0))
+        for g in range(1, G):
+            passed = passed + T.Select(total[n, b, c, g] >= bar, T.uint32(1), T.uint32(0))
+        return passed
+
+    def weight(logits, vmax, temperature, b, c, i):
+        return T.Cast("float64", T.exp((logit(logits, b, c, i) - vmax) / temperature[b]))
+
+    def in_row(c, i):
+        return index(c, i) < V
 
     def drawn_below(ctr_round, z, b):
         """`u * z`: the lane's uniform number (`UNIFORM_BITS` bits of Philox's first word) times the kept weight."""
@@ -156,115 +180,263 @@ def make_sample(cfg: DecodeConfig):
         seed: T.Buffer((B,), "int64"),
         step: T.Buffer((B,), "int64"),
         tokens: T.Buffer((B,), "int32"),
+        chunk_max: T.Buffer((B, C), "float32"),
+        chunk_first: T.Buffer((B, C), "int32"),
+        counts: T.Buffer((B, S + 1, C, G), "int32"),
+        kth: T.Buffer((B, S + 1, C), "uint32"),
+        zk_part: T.Buffer((B, C), "float64"),
+        lane_max: T.Buffer((B, C), "float32"),
+        masses: T.Buffer((B, S + 1, C, G), "float64"),
+        pth: T.Buffer((B, S + 1, C), "uint32"),
+        lane_zk: T.Buffer((B, C), "float64"),
+        kept_part: T.Buffer((B, C), "float64"),
+        kept_after: T.Buffer((B, C), "int32"),
     ):
         T.func_attr({"tirx.noalias": True})
-        vmax = T.sblock_alloc_buffer((B,), "float32")
+        cmax = T.sblock_alloc_buffer((S + 1, B, C), "float32")
+        cfirst = T.sblock_alloc_buffer((S + 1, B, C), "int32")
+        ktot = T.sblock_alloc_buffer((S + 1, B, C, G), "int32")
+        kcur = T.sblock_alloc_buffer((S + 1, B, C), "uint32")
+        rmax = T.sblock_alloc_buffer((S + 1, B, C), "float32")
+        zsum = T.sblock_alloc_buffer((S + 1, B, C), "float64")
+        zcur = T.sblock_alloc_buffer((S + 1, B, C), "float64")
+        ptot = T.sblock_alloc_buffer((S + 1, B, C, G), "float64")
+        pcur = T.sblock_alloc_buffer((S + 1, B, C), "uint32")
+        ztot = T.sblock_alloc_buffer((S + 1, B, C), "float64")
+        bound = T.sblock_alloc_buffer((S + 1, B, C), "uint32")  # the top-k threshold (launch S's)
+        vmax = T.sblock_alloc_buffer((S + 1, B, C), "float32")  # the row's largest logit
+        kmass = T.sblock_alloc_buffer((S + 1, B, C), "float64")
+        kafter = T.sblock_alloc_buffer((S + 1, B, C), "int32")
+        top = T.sblock_alloc_buffer((B,), "float32")
         first = T.sblock_alloc_buffer((B,), "int32")
-        count = T.sblock_alloc_buffer((B, KEY_BITS), "int32")
-        kth = T.sblock_alloc_buffer((B, KEY_BITS), "uint32")  # top-k key before each step
-        kth_step = T.sblock_alloc_buffer((B, KEY_BITS), "uint32")  # and after it
-        zk = T.sblock_alloc_buffer((B,), "float64")
-        mass = T.sblock_alloc_buffer((B, KEY_BITS), "float64")
-        pth = T.sblock_alloc_buffer((B, KEY_BITS), "uint32")  # top-p key before each step
-        pth_step = T.sblock_alloc_buffer((B, KEY_BITS), "uint32")  # and after it
         z = T.sblock_alloc_buffer((B,), "float64")
-        after = T.sblock_alloc_buffer((B,), "int32")
+        threshold = T.sblock_alloc_buffer((B,), "uint32")  # the larger of the two
+        cbase = T.sblock_alloc_buffer((B,), "float64")
         ctr = T.sblock_alloc_buffer((B, R, 4), "uint32")  # Philox counter before each round
         ctr_round = T.sblock_alloc_buffer((B, R, 4), "uint32")  # and after it
-        below = T.sblock_alloc_buffer((B, NB), "float64")
-        pos = T.sblock_alloc_buffer((B, NB), "int32")  # drawn index before each step
-        pos_step = T.sblock_alloc_buffer((B, NB), "int32")  # and after it
-        for b in range(B):
-            for i in range(V):
-                with T.sblock("max"):
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        vmax[vb] = T.min_value("float32")
-                    vmax[vb] = T.max(vmax[vb], logits[vb, vi])
-            for i in range(V):
-                with T.sblock("argmax"):
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        first[vb] = T.max_value("int32")  # the min reducer's identity (TVM matches it)
-                    first[vb] = T.min(first[vb], T.Select(logits[vb, vi] == vmax[vb], vi, T.max_value("int32")))
-            for n in range(KEY_BITS):
-                with T.sblock("topk_carry"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    kth[vb, vn] = T.Select(vn == 0, T.uint32(0), kth_step[vb, T.max(vn - 1, 0)])
-                for i in range(V):
-                    with T.sblock("topk_count"):
-                        vb, vn, vi = T.axis.remap("SSR", [b, n, i])
+        chunk = T.sblock_alloc_buffer((B, CB), "int32")  # drawn chunk before each step
+        chunk_step = T.sblock_alloc_buffer((B, CB), "int32")  # and after it
+        base = T.sblock_alloc_buffer((B, CB), "float64")
+        pos = T.sblock_alloc_buffer((B, LB), "int32")  # drawn place in that chunk before each step
+        pos_step = T.sblock_alloc_buffer((B, LB), "int32")  # and after it
+        below = T.sblock_alloc_buffer((B, LB), "float64")
+        for n in range(S + 1):  # "topk"
+            for b, c in T.grid(B, C):
+                for i in range(L):
+                    with T.sblock("chunk_max"):
+                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
                         with T.init():
-                            count[vb, vn] = 0
-                        count[vb, vn] = count[vb, vn] + T.Select(
-                            T.And(
-                                k_search(temperature, top_k, vb), order_key(logits[vb, vi]) >= with_bit(kth[vb, vn], vn)
+                            cmax[vn, vb, vc] = LOW
+                        cmax[vn, vb, vc] = T.max(
+                            cmax[vn, vb, vc], T.if_then_else(vn == 0, logit(logits, vb, vc, vi), LOW)
+                        )
+                for i in range(L):
+                    with T.sblock("chunk_first"):
+                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                        with T.init():
+                            cfirst[vn, vb, vc] = NONE
+                        cfirst[vn, vb, vc] = T.min(
+                            cfirst[vn, vb, vc],
+                            T.if_then_else(
+                                T.And(vn == 0, logit(logits, vb, vc, vi) == cmax[vn, vb, vc]), index(vc, vi), NONE
                             ),
-                            1,
+                        )
+                with T.sblock("chunk_out"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    T.where(n == 0)
+                    chunk_max[vb, vc] = T.Select(cfirst[vn, vb, vc] == NONE, logits[vb, index(vc, 0)], cmax[vn, vb, vc])
+                    chunk_first[vb, vc] = T.Select(cfirst[vn, vb, vc] == NONE, index(vc, 0), cfirst[vn, vb, vc])
+                for g, j in T.grid(G, C):
+                    with T.sblock("topk_total"):
+                        vn, vb, vc, vg, vj = T.axis.remap("SSSSR", [n, b, c, g, j])
+                        with T.init():
+                            ktot[vn, vb, vc, vg] = 0
+                        ktot[vn, vb, vc, vg] = ktot[vn, vb, vc, vg] + T.if_then_else(
+                            T.And(0 < vn, k_search(temperature, top_k, vb)), counts[vb, T.max(vn - 1, 0), vj, vg], 0
+                        )
+                with T.sblock("topk_carry"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    kcur[vn, vb, vc] = T.if_then_else(
+                        vn == 0,
+                        T.uint32(0),
+                        with_digit(
+                            kth[vb, T.max(vn - 1, 0), vc],
+                            vn - 1,
+                            tries_passed(ktot, vb, vc, vn, T.Select(0 < top_k[vb] and top_k[vb] < V, top_k[vb], V)),
+                        ),
+                    )
+                with T.sblock("topk_save"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    kth[vb, vn, vc] = kcur[vn, vb, vc]
+                for g, i in T.grid(G, L):
+                    with T.sblock("topk_count"):
+                        vn, vb, vc, vg, vi = T.axis.remap("SSSSR", [n, b, c, g, i])
+                        with T.init():
+                            counts[vb, vn, vc, vg] = 0
+                        counts[vb, vn, vc, vg] = counts[vb, vn, vc, vg] + T.if_then_else(
+                            T.And(T.And(vn < S, k_search(temperature, top_k, vb)), in_row(vc, vi)),
+                            T.Select(
+                                order_key(logit(logits, vb, vc, vi))
+                                >= with_digit(kcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)),
+                                1,
+                                0,
+                            ),
                             0,
                         )
-                with T.sblock("topk_step"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    kth_step[vb, vn] = T.Select(
-                        count[vb, vn] >= top_k_of(top_k, vb), with_bit(kth[vb, vn], vn), kth[vb, vn]
-                    )
-            for i in range(V):
-                with T.sblock("topk_mass"):
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        zk[vb] = T.float64(0)
-                    zk[vb] = zk[vb] + weight_if(
-                        T.And(
-                            p_search(temperature, top_p, vb), order_key(logits[vb, vi]) >= kth_step[vb, KEY_BITS - 1]
-                        ),
-                        logits, vmax, temperature, vb, vi,
-                    )  # fmt: skip
-            for n in range(KEY_BITS):
-                with T.sblock("topp_carry"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    pth[vb, vn] = T.Select(vn == 0, T.uint32(0), pth_step[vb, T.max(vn - 1, 0)])
-                for i in range(V):
-                    with T.sblock("topp_mass"):
-                        vb, vn, vi = T.axis.remap("SSR", [b, n, i])
+                for j in range(C):
+                    with T.sblock("row_max"):
+                        vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
                         with T.init():
-                            mass[vb, vn] = T.float64(0)
-                        mass[vb, vn] = mass[vb, vn] + weight_if(
+                            rmax[vn, vb, vc] = LOW
+                        rmax[vn, vb, vc] = T.max(rmax[vn, vb, vc], T.if_then_else(vn == S, chunk_max[vb, vj], LOW))
+                with T.sblock("max_save"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    T.where(n == S)
+                    lane_max[vb, vc] = rmax[vn, vb, vc]
+                for i in range(L):
+                    with T.sblock("topk_mass"):
+                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                        with T.init():
+                            zsum[vn, vb, vc] = T.float64(0)
+                        zsum[vn, vb, vc] = zsum[vn, vb, vc] + T.if_then_else(
                             T.And(
-                                p_search(temperature, top_p, vb),
-                                order_key(logits[vb, vi])
-                                >= T.max(with_bit(pth[vb, vn], vn), kth_step[vb, KEY_BITS - 1]),
+                                T.And(vn == S, p_search(temperature, top_p, vb)),
+                                T.And(in_row(vc, vi), order_key(logit(logits, vb, vc, vi)) >= kcur[vn, vb, vc]),
                             ),
-                            logits, vmax, temperature, vb, vi,
-                        )  # fmt: skip
-                with T.sblock("topp_step"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    pth_step[vb, vn] = T.Select(
-                        top_p[vb] < T.float32(1) and mass[vb, vn] >= T.Cast("float64", top_p[vb]) * zk[vb],
-                        with_bit(pth[vb, vn], vn),
-                        pth[vb, vn],
+                            weight(logits, rmax[vn, vb, vc], temperature, vb, vc, vi),
+                            T.float64(0),
+                        )
+                with T.sblock("zk_out"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    T.where(n == S)
+                    zk_part[vb, vc] = zsum[vn, vb, vc]
+        for n in range(S + 1):  # "topp"
+            for b, c in T.grid(B, C):
+                for g, j in T.grid(G, C):
+                    with T.sblock("topp_total"):
+                        vn, vb, vc, vg, vj = T.axis.remap("SSSSR", [n, b, c, g, j])
+                        with T.init():
+                            ptot[vn, vb, vc, vg] = T.float64(0)
+                        ptot[vn, vb, vc, vg] = ptot[vn, vb, vc, vg] + T.if_then_else(
+                            T.And(0 < vn, p_search(temperature, top_p, vb)),
+                            masses[vb, T.max(vn - 1, 0), vj, vg],
+                            T.float64(0),
+                        )
+                for j in range(C):
+                    with T.sblock("zk_total"):
+                        vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
+                        with T.init():
+                            ztot[vn, vb, vc] = T.float64(0)
+                        ztot[vn, vb, vc] = ztot[vn, vb, vc] + T.if_then_else(vn == 0, zk_part[vb, vj], T.float64(0))
+                with T.sblock("zk_carry"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    zcur[vn, vb, vc] = T.if_then_else(vn == 0, ztot[vn, vb, vc], lane_zk[vb, vc])
+                    bound[vn, vb, vc] = kth[vb, S, vc]
+                    vmax[vn, vb, vc] = lane_max[vb, vc]
+                with T.sblock("zk_save"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    T.where(n == 0)
+                    lane_zk[vb, vc] = zcur[vn, vb, vc]
+                with T.sblock("topp_carry"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    pcur[vn, vb, vc] = T.if_then_else(
+                        vn == 0,
+                        T.uint32(0),
+                        with_digit(
+                            pth[vb, T.max(vn - 1, 0), vc],
+                            vn - 1,
+                            T.Select(
+                                p_search(temperature, top_p, vb),
+                                tries_passed(ptot, vb, vc, vn, T.Cast("float64", top_p[vb]) * zcur[vn, vb, vc]),
+                                T.uint32(0),
+                            ),
+                        ),
                     )
-            for i in range(V):
-                with T.sblock("kept_mass"):
-                    vb, vi = T.axis.remap("SR", [b, i])
+                with T.sblock("topp_save"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    pth[vb, vn, vc] = pcur[vn, vb, vc]
+                for g, i in T.grid(G, L):
+                    with T.sblock("topp_mass"):
+                        vn, vb, vc, vg, vi = T.axis.remap("SSSSR", [n, b, c, g, i])
+                        with T.init():
+                            masses[vb, vn, vc, vg] = T.float64(0)
+                        masses[vb, vn, vc, vg] = masses[vb, vn, vc, vg] + T.if_then_else(
+                            T.And(
+                                T.And(vn < S, p_search(temperature, top_p, vb)),
+                                T.And(
+                                    in_row(vc, vi),
+                                    order_key(logit(logits, vb, vc, vi))
+                                    >= T.max(
+                                        with_digit(pcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)), bound[vn, vb, vc]
+                                    ),
+                                ),
+                            ),
+                            weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
+                            T.float64(0),
+                        )
+                for i in range(L):
+                    with T.sblock("kept_mass"):
+                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                        with T.init():
+                            kmass[vn, vb, vc] = T.float64(0)
+                        kmass[vn, vb, vc] = kmass[vn, vb, vc] + T.if_then_else(
+                            T.And(
+                                T.And(vn == S, drawing(temperature, vb)),
+                                T.And(
+                                    in_row(vc, vi),
+                                    order_key(logit(logits, vb, vc, vi)) >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
+                                ),
+                            ),
+                            weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
+                            T.float64(0),
+                        )
+                for i in range(L):
+                    with T.sblock("last"):  # as tokens after the last kept one: CUDA C++ reads -2147483648 as a long
+                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                        with T.init():
+                            kafter[vn, vb, vc] = NONE
+                        kafter[vn, vb, vc] = T.min(
+                            kafter[vn, vb, vc],
+                            T.if_then_else(
+                                T.And(
+                                    T.And(vn == S, drawing(temperature, vb)),
+                                    T.And(
+                                        in_row(vc, vi),
+                                        order_key(logit(logits, vb, vc, vi))
+                                        >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
+                                    ),
+                                ),
+                                V - 1 - index(vc, vi),
+                                NONE,
+                            ),
+                        )
+                with T.sblock("kept_out"):
+                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                    T.where(n == S)
+                    kept_part[vb, vc] = kmass[vn, vb, vc]
+                    kept_after[vb, vc] = kafter[vn, vb, vc]
+        for b in range(B):
+            for j in range(C):
+                with T.sblock("row_top"):
+                    vb, vj = T.axis.remap("SR", [b, j])
+                    with T.init():
+                        top[vb] = LOW
+                    top[vb] = T.max(top[vb], chunk_max[vb, vj])
+            for j in range(C):
+                with T.sblock("row_first"):
+                    vb, vj = T.axis.remap("SR", [b, j])
+                    with T.init():
+                        first[vb] = NONE
+                    first[vb] = T.min(first[vb], T.Select(chunk_max[vb, vj] == top[vb], chunk_first[vb, vj], NONE))
+            for j in range(C):
+                with T.sblock("z_total"):
+                    vb, vj = T.axis.remap("SR", [b, j])
                     with T.init():
                         z[vb] = T.float64(0)
-                    z[vb] = z[vb] + weight_if(
-                        kept(logits, temperature, kth_step, pth_step, vb, vi),
-                        logits, vmax, temperature, vb, vi,
-                    )  # fmt: skip
-            for i in range(V):
-                with T.sblock("last"):  # as tokens after the last kept one: CUDA C++ reads -2147483648 as a long
-                    vb, vi = T.axis.remap("SR", [b, i])
-                    with T.init():
-                        after[vb] = T.max_value("int32")
-                    after[vb] = T.min(
-                        after[vb],
-                        T.Select(
-                            kept(logits, temperature, kth_step, pth_step, vb, vi),
-                            V - 1 - vi,
-                            T.max_value("int32"),
-                        ),
-                    )
+                    z[vb] = z[vb] + kept_part[vb, vj]
+            with T.sblock("row_bounds"):
+                vb = T.axis.spatial(B, b)
+                threshold[vb] = T.max(kth[vb, S, 0], pth[vb, S, 0])
             for r in range(R):
                 for w in range(4):
                     with T.sblock("philox_carry"):
@@ -276,32 +448,68 @@ def make_sample(cfg: DecodeConfig):
                     with T.sblock("philox_round"):
                         vb, vr, vw = T.axis.remap("SSS", [b, r, w])
                         ctr_round[vb, vr, vw] = _philox_round(ctr, seed, vb, vr, vw)
-            for n in range(NB):
-                with T.sblock("cdf_carry"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    pos[vb, vn] = T.Select(vn == 0, 0, pos_step[vb, T.max(vn - 1, 0)])
-                for i in range(V):
-                    with T.sblock("cdf_mass"):
-                        vb, vn, vi = T.axis.remap("SSR", [b, n, i])
+            for m in range(CB):
+                with T.sblock("chunk_carry"):
+                    vb, vm = T.axis.remap("SS", [b, m])
+                    chunk[vb, vm] = T.Select(vm == 0, 0, chunk_step[vb, T.max(vm - 1, 0)])
+                for j in range(C):
+                    with T.sblock("chunk_below"):
+                        vb, vm, vj = T.axis.remap("SSR", [b, m, j])
                         with T.init():
-                            below[vb, vn] = T.float64(0)
-                        below[vb, vn] = below[vb, vn] + weight_if(
-                            vi < pos[vb, vn] + (1 << (NB - 1 - vn))
-                            and kept(logits, temperature, kth_step, pth_step, vb, vi),
-                            logits, vmax, temperature, vb, vi,
-                        )  # fmt: skip
+                            base[vb, vm] = T.float64(0)
+                        base[vb, vm] = base[vb, vm] + T.if_then_else(
+                            vj < chunk[vb, vm] + (1 << (CB - 1 - vm)), kept_part[vb, vj], T.float64(0)
+                        )
+                with T.sblock("chunk_step"):
+                    vb, vm = T.axis.remap("SS", [b, m])
+                    chunk_step[vb, vm] = T.Select(
+                        chunk[vb, vm] + (1 << (CB - 1 - vm)) < C and base[vb, vm] <= drawn_below(ctr_round, z, vb),
+                        chunk[vb, vm] + (1 << (CB - 1 - vm)),
+                        chunk[vb, vm],
+                    )
+            for j in range(C):
+                with T.sblock("chunk_base"):
+                    vb, vj = T.axis.remap("SR", [b, j])
+                    with T.init():
+                        cbase[vb] = T.float64(0)
+                    cbase[vb] = cbase[vb] + T.if_then_else(vj < chunk_step[vb, CB - 1], kept_part[vb, vj], T.float64(0))
+            for m in range(LB):
+                with T.sblock("cdf_carry"):
+                    vb, vm = T.axis.remap("SS", [b, m])
+                    pos[vb, vm] = T.Select(vm == 0, 0, pos_step[vb, T.max(vm - 1, 0)])
+                for i in range(L):
+                    with T.sblock("cdf_mass"):
+                        vb, vm, vi = T.axis.remap("SSR", [b, m, i])
+                        with T.init():
+                            below[vb, vm] = T.float64(0)
+                        below[vb, vm] = below[vb, vm] + T.if_then_else(
+                            T.And(
+                                T.And(vi < pos[vb, vm] + (1 << (LB - 1 - vm)), drawing(temperature, vb)),
+                                T.And(
+                                    in_row(chunk_step[vb, CB - 1], vi),
+                                    order_key(logit(logits, vb, chunk_step[vb, CB - 1], vi)) >= threshold[vb],
+                                ),
+                            ),
+                            weight(logits, top[vb], temperature, vb, chunk_step[vb, CB - 1], vi),
+                            T.float64(0),
+                        )
                 with T.sblock("cdf_step"):
-                    vb, vn = T.axis.remap("SS", [b, n])
-                    pos_step[vb, vn] = T.Select(
-                        pos[vb, vn] + (1 << (NB - 1 - vn)) <= V and below[vb, vn] <= drawn_below(ctr_round, z, vb),
-                        pos[vb, vn] + (1 << (NB - 1 - vn)),
-                        pos[vb, vn],
+                    vb, vm = T.axis.remap("SS", [b, m])
+                    pos_step[vb, vm] = T.Select(
+                        pos[vb, vm] + (1 << (LB - 1 - vm)) <= L
+                        and cbase[vb] + below[vb, vm] <= drawn_below(ctr_round, z, vb),
+                        pos[vb, vm] + (1 << (LB - 1 - vm)),
+                        pos[vb, vm],
                     )
             with T.sblock("token"):
                 vb = T.axis.spatial(B, b)
                 tokens[vb] = T.Select(
-                    temperature[vb] > T.float32(0),
-                    T.Select(pos_step[vb, NB - 1] < V, pos_step[vb, NB - 1], V - 1 - after[vb]),
+                    drawing(temperature, vb),
+                    T.Select(
+                        T.And(pos_step[vb, LB - 1] < L, index(chunk_step[vb, CB - 1], pos_step[vb, LB - 1]) < V),
+                        index(chunk_step[vb, CB - 1], pos_step[vb, LB - 1]),
+                        V - 1 - kept_after[vb, chunk_step[vb, CB - 1]],
+                    ),
                     first[vb],
                 )
 

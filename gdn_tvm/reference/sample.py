@@ -13,8 +13,10 @@ def sample(
     seed: np.ndarray,
     step: np.ndarray,
     tokens: np.ndarray,
+    **scratch: np.ndarray,
 ) -> None:
-    """logits: [B, V]; temperature, top_k, top_p, seed, step: [B] -> tokens[:] (int32), per ops/sample.py."""
+    """logits: [B, V]; temperature, top_k, top_p, seed, step: [B] -> tokens[:] (int32), per ops/sample.py (the
+    kernel's `scratch` workspace holds no result)."""
     V = logits.shape[1]
     for b, row in enumerate(logits):
         if not temperature[b] > 0:  # 0, negative or NaN: greedy
