@@ -446,10 +446,10 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     embedding -> per layer: RMSNorm (with the residual add from the second layer on), its mixer's plan (under
     `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
     epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
-    `sample` (`argmax` without `sampling`: every lane greedy, the row read by many CTAs where `sample` makes about
-    85 passes over it) -> `advance`, which writes the next step's `ids` and moves positions, steps and finished slots
-    on. With `fusions.block_stages` a layer's norms are the prologues of the GEMVs after them and its residual adds
-    the epilogues of those before them (the final norm a plain `rmsnorm`)."""
+    `sample` (`argmax` without `sampling`: every lane greedy, two launches where `sample` chains 35) -> `advance`,
+    which writes the next step's `ids` and moves positions, steps and finished slots on. With `fusions.block_stages`
+    a layer's norms are the prologues of the GEMVs after them and its residual adds the epilogues of those before them
+    (the final norm a plain `rmsnorm`)."""
     m, B = cfg.model, cfg.batch
     if m.intermediate_size is None:
         raise ValueError(f"{m.name}: no dense MLP (mixture-of-experts models are not planned)")
