@@ -170,8 +170,10 @@ class ModelConfig:
 
 
 STOP_IDS = 8  # entries of a model step's stop-token list (a model's EOS ids, padded with -1)
-# `argmax` and `sample` (a CTA a chunk): chunks of a row at most, logits a chunk at least
-LOGIT_CHUNKS, LOGIT_MIN_CHUNK = 256, 64
+ARGMAX_CHUNKS, ARGMAX_MIN_CHUNK = 256, 64  # `argmax`'s first stage: chunks of a row at most, logits a chunk at least
+# `sample`'s search launches: about this many CTAs (two an SM), as chunks of the lanes' rows of at least
+# ARGMAX_MIN_CHUNK logits (each CTA also reads its lane's C chunks' sums: C^2 a lane, so C shrinks as B grows)
+SAMPLE_CTAS = 256
 # `sample`'s threshold searches: bits of a logit's order key, and those a step fixes (a launch a step; it tries
 # 2^SEARCH_DIGIT_BITS - 1 thresholds)
 KEY_BITS, SEARCH_DIGIT_BITS = 32, 2
@@ -217,27 +219,34 @@ class DecodeConfig:
         return math.ceil(self.max_len / self.split_len)
 
     @property
-    def logit_chunks(self) -> int:
-        """Chunks C of a lane's logits in `argmax` and `sample` (a CTA each), each of `ceil(V / C)` but the last (none
-        empty): LOGIT_CHUNKS in a long row (256 of 970 at V = 248,320), fewer of about LOGIT_MIN_CHUNK in a short
-        one."""
+    def argmax_chunks(self) -> int:
+        """Chunks C of a lane's logits in `argmax`'s first stage, each of `ceil(V / C)` but the last (none empty):
+        ARGMAX_CHUNKS in a long row (256 of 970 at V = 248,320), fewer of about ARGMAX_MIN_CHUNK in a short one."""
         V = self.model.vocab_size
-        return math.ceil(V / max(LOGIT_MIN_CHUNK, math.ceil(V / LOGIT_CHUNKS)))
+        return math.ceil(V / max(ARGMAX_MIN_CHUNK, math.ceil(V / ARGMAX_CHUNKS)))
+
+    @property
+    def sample_chunks(self) -> int:
+        """Chunks C of a lane's logits in `sample`'s search launches (a CTA each), each of `ceil(V / C)` but the last
+        (none empty): about SAMPLE_CTAS / B (256 of 970 at B = 1, 8 of 31,040 at B = 32, V = 248,320), fewer in a
+        short row."""
+        V = self.model.vocab_size
+        return math.ceil(V / max(ARGMAX_MIN_CHUNK, math.ceil(V * self.batch / SAMPLE_CTAS)))
 
     @property
     def sample_workspace(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """`sample`'s workspace, name -> (shape, dtype), what each launch of its chain leaves for the next (C =
-        `logit_chunks` chunks a lane, S = KEY_BITS / SEARCH_DIGIT_BITS search steps, G = 2^SEARCH_DIGIT_BITS - 1
+        `sample_chunks` chunks a lane, S = KEY_BITS / SEARCH_DIGIT_BITS search steps, G = 2^SEARCH_DIGIT_BITS - 1
         tries a step): chunk_max and chunk_first (each chunk's largest logit and its first index), counts and masses
-        (each chunk's part of a search step's sums, per try), kth and pth (each chunk's copy of a threshold before
-        each step), zk_part and kept_part (each chunk's candidates' and kept tokens' weight), kept_after (the row's
-        tokens after the chunk's last kept one), lane_max and lane_zk (each chunk's copy of the row's largest logit
-        and of the candidates' weight)."""
-        B, C, S, G = self.batch, self.logit_chunks, KEY_BITS // SEARCH_DIGIT_BITS, 2**SEARCH_DIGIT_BITS - 1
+        (each chunk's part of a search step's sums: the tries' counts packed in one word, masses per try), kth and pth
+        (each chunk's copy of a threshold before each step), zk_part and kept_part (each chunk's candidates' and kept
+        tokens' weight), kept_after (the row's tokens after the chunk's last kept one), lane_max and lane_zk (each
+        chunk's copy of the row's largest logit and of the candidates' weight)."""
+        B, C, S, G = self.batch, self.sample_chunks, KEY_BITS // SEARCH_DIGIT_BITS, 2**SEARCH_DIGIT_BITS - 1
         return {
             "chunk_max": ((B, C), "float32"),
             "chunk_first": ((B, C), "int32"),
-            "counts": ((B, S + 1, C, G), "int32"),
+            "counts": ((B, S + 1, C), "uint64"),
             "kth": ((B, S + 1, C), "uint32"),
             "zk_part": ((B, C), "float64"),
             "lane_max": ((B, C), "float32"),

@@ -513,7 +513,7 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
         work = {name: p.add(name, shape, "act", dtype) for name, (shape, dtype) in cfg.sample_workspace.items()}
         p.launch("sample", logits=logits, **draw, step="steps", tokens=sampled, **work)
     else:
-        chunks = (B, cfg.logit_chunks)
+        chunks = (B, cfg.argmax_chunks)
         first = p.add("chunk_first", chunks, "act", "int32")
         p.launch("argmax", logits=logits, chunk_max=p.act("chunk_max", *chunks), chunk_first=first, tokens=sampled)
     lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}

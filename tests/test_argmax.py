@@ -20,7 +20,7 @@ from gdn_tvm.verify import mismatch, reference_copy
 
 OP = OPS["argmax"]
 CFG = CASES["4b-B3"]  # 3 lanes of V = 997 logits: 16 chunks of 63, the last of 52
-V, C = CFG.model.vocab_size, CFG.logit_chunks
+V, C = CFG.model.vocab_size, CFG.argmax_chunks
 L = -(-V // C)
 LAST = (C - 1) * L  # the last chunk's first index
 LOWEST = np.finfo(np.float32).min  # the max reduction's start
@@ -54,9 +54,9 @@ def _rows(rng: np.random.Generator) -> np.ndarray:
 def test_chunks_cover_the_row_and_none_is_empty():
     """256 chunks of 970 logits at Qwen3.5's vocabulary; at any V at most 256, each of ceil(V / C) but the last (1 to
     that many); this file's case ends in a partial chunk."""
-    assert (CFG.replace(vocab_size=248320).logit_chunks, -(-248320 // 256)) == (256, 970)
+    assert (CFG.replace(vocab_size=248320).argmax_chunks, -(-248320 // 256)) == (256, 970)
     for v in (*range(1, 3000), 64 * 256 + 1, 200003, 10**6 + 7):
-        chunks = CFG.replace(vocab_size=v).logit_chunks
+        chunks = CFG.replace(vocab_size=v).argmax_chunks
         length = -(-v // chunks)
         assert chunks <= 256 and 1 <= v - (chunks - 1) * length <= length, v
     assert C > 1 and 0 < V - LAST < L

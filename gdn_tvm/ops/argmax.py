@@ -2,7 +2,7 @@
 for a greedy lane): the sampler of a model that decodes greedily (`plan.model(..., sampling=False)`).
 
 Two stages, so that many CTAs share a lane's row: per (lane, chunk) the chunk's largest logit and the row index of its
-first occurrence (the row cut into `cfg.logit_chunks` chunks: 256 of 970 logits at V = 248,320), written to
+first occurrence (the row cut into `cfg.argmax_chunks` chunks: 256 of 970 logits at V = 248,320), written to
 `chunk_max` and `chunk_first`; then per lane the largest chunk max and the smallest first index among the chunks
 holding it, which is the row's first largest.
 """
@@ -18,7 +18,7 @@ from gdn_tvm.signature import Arg, peaked_logits
 def signature(cfg: DecodeConfig) -> list[Arg]:
     """logits: [B, V] float32 (no NaN) -> chunk_max: [B, C] float32, chunk_first: [B, C] int32 (the first stage's
     per-chunk results, each chunk's largest logit and the row index of its first occurrence), tokens: [B] int32."""
-    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.logit_chunks
+    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.argmax_chunks
     return [
         Arg("logits", (B, V), sample=peaked_logits),
         Arg("chunk_max", (B, C), role="out"),
@@ -36,7 +36,7 @@ def make_argmax(cfg: DecodeConfig):
     starts at the lowest finite float32 (TVM's cross-thread reductions take only their reducers' own identities,
     `T.min_value`), which every logit but -inf reaches; where none does (all -inf) the index pass finds none
     (`T.max_value`), and "chunk_out" / "token" take the first index and its -inf, as `np.argmax` does."""
-    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.logit_chunks
+    B, V, C = cfg.batch, cfg.model.vocab_size, cfg.argmax_chunks
     L = -(-V // C)  # logits a chunk (the last one's `V - (C - 1) L`: 1 to L)
     NONE = T.max_value("int32")  # the min reducer's identity: no index found
 

@@ -97,6 +97,7 @@ def _philox_round(ctr, seed, b, r, w):
 
 STEPS = KEY_BITS // SEARCH_DIGIT_BITS  # steps of a threshold search
 TRIES = 2**SEARCH_DIGIT_BITS - 1  # thresholds a step tries
+FIELD = 64 // TRIES  # bits of a try's count where one uint64 sums them all (a count is at most V < 2^FIELD)
 
 
 def scratch(cfg: DecodeConfig) -> list[Arg]:
@@ -105,28 +106,33 @@ def scratch(cfg: DecodeConfig) -> list[Arg]:
 
 
 def make_sample(cfg: DecodeConfig):
-    """A chain of launches, a CTA per (lane, chunk) but the last (a CTA per lane), so C CTAs share each pass over a
-    lane's row; a launch leaves its results for the next in the `scratch` buffers.
+    """A chain of launches, a CTA per (lane, chunk) (C = `cfg.sample_chunks`) but the last (a CTA per lane), so C CTAs
+    share each pass over a lane's row; a launch leaves its results for the next in the `scratch` buffers.
 
     Top-k launches n = 0..S (loop "topk"): launch n ends step n - 1 ("topk_total": the chunks' counts of its tries
-    summed; "topk_carry": the threshold key with the step's digit, the number of tries whose count reached top_k;
-    "topk_save": each chunk's copy in `kth`), then counts, for each try g of step n, the chunk's tokens whose key is
-    at least the threshold with digit g + 1 ("topk_count"). Launch 0 also finds each chunk's largest logit and its
-    first index ("chunk_max", "chunk_first", "chunk_out"); launch S the row's largest logit ("row_max", "max_save") and
-    the chunk's candidates' weight ("topk_mass"). Top-p launches n = 0..S (loop "topp") do the same with weights
-    ("topp_total", "topp_carry", "topp_save", "topp_mass": a try's mass sums the tokens at or above its key and the
-    top-k threshold); launch 0 also sums the candidates' weight ("zk_total", "zk_carry", "zk_save"), launch S the
-    chunk's kept weight ("kept_mass") and tokens after its last kept one ("last"). The last launch, a CTA a lane: the
-    greedy token ("row_top", "row_first"), the kept weight ("z_total"), the last kept index ("row_last"), the uniform
-    number ("philox_carry", "philox_round"), the inverse CDF by bitwise search over the chunks ("chunk_carry",
-    "chunk_below", "chunk_step": the last chunk at whose start the running sum of kept weight is at most `u z`), then
-    over that chunk's tokens ("cdf_carry", "cdf_mass", "cdf_step"), and "token".
+    summed, packed `FIELD` bits a try in one uint64; "topk_carry": the threshold key with the step's digit, the number
+    of tries whose count reached top_k; "topk_save": each chunk's copy in `kth`), then counts, for each try g of step
+    n, the chunk's tokens whose key is at least the threshold with digit g + 1 ("topk_count"). Launch 0 also finds
+    each chunk's largest logit and its first index ("chunk_max", "chunk_first", "chunk_out"); launch S the row's
+    largest logit ("row_max", "max_save") and the chunk's candidates' weight ("topk_mass", "zk_out"). Top-p launches
+    n = 0..S (loop "topp") do the same with weights ("topp_total", "topp_carry", "topp_save", "topp_mass": a try's mass
+    sums the tokens at or above its key and the top-k threshold); launch 0 also sums the candidates' weight
+    ("zk_total", "zk_carry", "zk_save"), launch S the chunk's kept weight ("kept_mass") and tokens after its last kept
+    one ("last", "kept_out"). What only some launches do sits under an `if` on n (uniform across the grid: the other
+    launches skip it, passes and allreduces alike). The last launch, a CTA a lane: the greedy token ("row_top",
+    "row_first"), the kept weight ("z_total"), the larger threshold ("row_bounds"), the uniform number
+    ("philox_carry", "philox_round"), the inverse CDF by bitwise search over the chunks ("chunk_carry",
+    "chunk_below", "chunk_step": the last chunk at whose start the running sum of kept weight is at most `u z`;
+    "chunk_base": that sum), then over that chunk's tokens ("cdf_carry", "cdf_mass", "cdf_step"), and "token" (the
+    chunk's last kept token where rounding runs past it).
 
     A token's weight is `exp((logit - max) / temperature)`, float32, summed in float64 (a long tail of tiny weights
     added in float32 drifts by a token's worth); each sum is a fixed tree, so a draw is reproducible. A step's tries
     are monotone in their thresholds, so its digit is the number of tries that pass. Per-launch values are indexed by
     the launch (`[n, ...]`: no block reads what it writes, so schedules can bind the lane and chunk loops)."""
-    B, V, C, S, G = cfg.batch, cfg.model.vocab_size, cfg.logit_chunks, STEPS, TRIES
+    B, V, C, S, G = cfg.batch, cfg.model.vocab_size, cfg.sample_chunks, STEPS, TRIES
+    if V >= 2**FIELD:
+        raise ValueError(f"vocab_size={V}: sample packs its counts in {FIELD} bits (at most {2**FIELD - 1} tokens)")
     L = -(-V // C)  # logits a chunk (the last one's `V - (C - 1) L`: 1 to L)
     CB, LB = C.bit_length(), L.bit_length()  # bits of a chunk start (0..C) and of a place in a chunk (0..L)
     R = ROUNDS
@@ -151,13 +157,36 @@ def make_sample(cfg: DecodeConfig):
 
     def with_digit(key, n, digit):
         """`key` with `digit` (uint32, 0..2^SEARCH_DIGIT_BITS - 1) at step `n` (most significant first)."""
-        return T.bitwise_or(key, T.shift_left(digit, T.Cast("uint32", KEY_BITS - SEARCH_DIGIT_BITS * (n + 1))))
+        # `& (KEY_BITS - 1)` is no change where n < S, but keeps the shift's bounds non-negative for the analysis of
+        # code where it cannot see that (a negative bound of a uint expression stops the build)
+        shift = T.bitwise_and(KEY_BITS - SEARCH_DIGIT_BITS * (n + 1), KEY_BITS - 1)
+        return T.bitwise_or(key, T.shift_left(digit, T.Cast("uint32", shift)))
 
     def tries_passed(total, b, c, n, bar):
         """Step `n`'s digit: how many of its tries' totals (`total[n, b, c, g]`) reach `bar`, as uint32."""
         passed = T.Select(total[n, b, c, 0] >= bar, T.uint32(1), T.uint32(0))
         for g in range(1, G):
             passed = passed + T.Select(total[n, b, c, g] >= bar, T.uint32(1), T.uint32(0))
+        return passed
+
+    def packed_tries(key, before, n):
+        """Step `n`'s tries for one key: 1 in field g (bits `FIELD * g` on, uint64) where the key is at least the
+        threshold `before` with digit g + 1, so one sum counts every try."""
+        packed = T.uint64(0)
+        for g in range(G):
+            packed = packed + T.Select(
+                key >= with_digit(before, n, T.uint32(g + 1)),
+                T.shift_left(T.uint64(1), T.uint64(FIELD * g)),
+                T.uint64(0),
+            )
+        return packed
+
+    def counts_passed(total, bar):
+        """A step's digit from its packed counts: how many tries' counts reach `bar`, as uint32."""
+        passed = T.uint32(0)
+        for g in range(G):
+            count = T.bitwise_and(T.shift_right(total, T.uint64(FIELD * g)), T.uint64(2**FIELD - 1))
+            passed = passed + T.Select(T.Cast("int64", count) >= T.Cast("int64", bar), T.uint32(1), T.uint32(0))
         return passed
 
     def weight(logits, vmax, temperature, b, c, i):
@@ -182,7 +211,7 @@ def make_sample(cfg: DecodeConfig):
         tokens: T.Buffer((B,), "int32"),
         chunk_max: T.Buffer((B, C), "float32"),
         chunk_first: T.Buffer((B, C), "int32"),
-        counts: T.Buffer((B, S + 1, C, G), "int32"),
+        counts: T.Buffer((B, S + 1, C), "uint64"),
         kth: T.Buffer((B, S + 1, C), "uint32"),
         zk_part: T.Buffer((B, C), "float64"),
         lane_max: T.Buffer((B, C), "float32"),
@@ -195,7 +224,7 @@ def make_sample(cfg: DecodeConfig):
         T.func_attr({"tirx.noalias": True})
         cmax = T.sblock_alloc_buffer((S + 1, B, C), "float32")
         cfirst = T.sblock_alloc_buffer((S + 1, B, C), "int32")
-        ktot = T.sblock_alloc_buffer((S + 1, B, C, G), "int32")
+        ktot = T.sblock_alloc_buffer((S + 1, B, C), "uint64")
         kcur = T.sblock_alloc_buffer((S + 1, B, C), "uint32")
         rmax = T.sblock_alloc_buffer((S + 1, B, C), "float32")
         zsum = T.sblock_alloc_buffer((S + 1, B, C), "float64")
@@ -222,38 +251,37 @@ def make_sample(cfg: DecodeConfig):
         below = T.sblock_alloc_buffer((B, LB), "float64")
         for n in range(S + 1):  # "topk"
             for b, c in T.grid(B, C):
-                for i in range(L):
-                    with T.sblock("chunk_max"):
-                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
-                        with T.init():
-                            cmax[vn, vb, vc] = LOW
-                        cmax[vn, vb, vc] = T.max(
-                            cmax[vn, vb, vc], T.if_then_else(vn == 0, logit(logits, vb, vc, vi), LOW)
+                if n == 0:
+                    for i in range(L):
+                        with T.sblock("chunk_max"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                cmax[vn, vb, vc] = LOW
+                            cmax[vn, vb, vc] = T.max(cmax[vn, vb, vc], logit(logits, vb, vc, vi))
+                    for i in range(L):
+                        with T.sblock("chunk_first"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                cfirst[vn, vb, vc] = NONE
+                            cfirst[vn, vb, vc] = T.min(
+                                cfirst[vn, vb, vc],
+                                T.Select(logit(logits, vb, vc, vi) == cmax[vn, vb, vc], index(vc, vi), NONE),
+                            )
+                    with T.sblock("chunk_out"):
+                        vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                        chunk_max[vb, vc] = T.Select(
+                            cfirst[vn, vb, vc] == NONE, logits[vb, index(vc, 0)], cmax[vn, vb, vc]
                         )
-                for i in range(L):
-                    with T.sblock("chunk_first"):
-                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
-                        with T.init():
-                            cfirst[vn, vb, vc] = NONE
-                        cfirst[vn, vb, vc] = T.min(
-                            cfirst[vn, vb, vc],
-                            T.if_then_else(
-                                T.And(vn == 0, logit(logits, vb, vc, vi) == cmax[vn, vb, vc]), index(vc, vi), NONE
-                            ),
-                        )
-                with T.sblock("chunk_out"):
-                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
-                    T.where(n == 0)
-                    chunk_max[vb, vc] = T.Select(cfirst[vn, vb, vc] == NONE, logits[vb, index(vc, 0)], cmax[vn, vb, vc])
-                    chunk_first[vb, vc] = T.Select(cfirst[vn, vb, vc] == NONE, index(vc, 0), cfirst[vn, vb, vc])
-                for g, j in T.grid(G, C):
-                    with T.sblock("topk_total"):
-                        vn, vb, vc, vg, vj = T.axis.remap("SSSSR", [n, b, c, g, j])
-                        with T.init():
-                            ktot[vn, vb, vc, vg] = 0
-                        ktot[vn, vb, vc, vg] = ktot[vn, vb, vc, vg] + T.if_then_else(
-                            T.And(0 < vn, k_search(temperature, top_k, vb)), counts[vb, T.max(vn - 1, 0), vj, vg], 0
-                        )
+                        chunk_first[vb, vc] = T.Select(cfirst[vn, vb, vc] == NONE, index(vc, 0), cfirst[vn, vb, vc])
+                if 0 < n:
+                    for j in range(C):
+                        with T.sblock("topk_total"):
+                            vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
+                            with T.init():
+                                ktot[vn, vb, vc] = T.uint64(0)
+                            ktot[vn, vb, vc] = ktot[vn, vb, vc] + T.if_then_else(
+                                k_search(temperature, top_k, vb), counts[vb, vn - 1, vj], T.uint64(0)
+                            )
                 with T.sblock("topk_carry"):
                     vn, vb, vc = T.axis.remap("SSS", [n, b, c])
                     kcur[vn, vb, vc] = T.if_then_else(
@@ -262,81 +290,78 @@ def make_sample(cfg: DecodeConfig):
                         with_digit(
                             kth[vb, T.max(vn - 1, 0), vc],
                             vn - 1,
-                            tries_passed(ktot, vb, vc, vn, T.Select(0 < top_k[vb] and top_k[vb] < V, top_k[vb], V)),
+                            counts_passed(ktot[vn, vb, vc], T.Select(0 < top_k[vb] and top_k[vb] < V, top_k[vb], V)),
                         ),
                     )
                 with T.sblock("topk_save"):
                     vn, vb, vc = T.axis.remap("SSS", [n, b, c])
                     kth[vb, vn, vc] = kcur[vn, vb, vc]
-                for g, i in T.grid(G, L):
-                    with T.sblock("topk_count"):
-                        vn, vb, vc, vg, vi = T.axis.remap("SSSSR", [n, b, c, g, i])
-                        with T.init():
-                            counts[vb, vn, vc, vg] = 0
-                        counts[vb, vn, vc, vg] = counts[vb, vn, vc, vg] + T.if_then_else(
-                            T.And(T.And(vn < S, k_search(temperature, top_k, vb)), in_row(vc, vi)),
-                            T.Select(
-                                order_key(logit(logits, vb, vc, vi))
-                                >= with_digit(kcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)),
-                                1,
-                                0,
-                            ),
-                            0,
-                        )
-                for j in range(C):
-                    with T.sblock("row_max"):
-                        vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
-                        with T.init():
-                            rmax[vn, vb, vc] = LOW
-                        rmax[vn, vb, vc] = T.max(rmax[vn, vb, vc], T.if_then_else(vn == S, chunk_max[vb, vj], LOW))
-                with T.sblock("max_save"):
-                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
-                    T.where(n == S)
-                    lane_max[vb, vc] = rmax[vn, vb, vc]
-                for i in range(L):
-                    with T.sblock("topk_mass"):
-                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
-                        with T.init():
-                            zsum[vn, vb, vc] = T.float64(0)
-                        zsum[vn, vb, vc] = zsum[vn, vb, vc] + T.if_then_else(
-                            T.And(
-                                T.And(vn == S, p_search(temperature, top_p, vb)),
-                                T.And(in_row(vc, vi), order_key(logit(logits, vb, vc, vi)) >= kcur[vn, vb, vc]),
-                            ),
-                            weight(logits, rmax[vn, vb, vc], temperature, vb, vc, vi),
-                            T.float64(0),
-                        )
-                with T.sblock("zk_out"):
-                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
-                    T.where(n == S)
-                    zk_part[vb, vc] = zsum[vn, vb, vc]
+                if n < S:
+                    for i in range(L):
+                        with T.sblock("topk_count"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                counts[vb, vn, vc] = T.uint64(0)
+                            counts[vb, vn, vc] = counts[vb, vn, vc] + T.if_then_else(
+                                T.And(k_search(temperature, top_k, vb), in_row(vc, vi)),
+                                packed_tries(order_key(logit(logits, vb, vc, vi)), kcur[vn, vb, vc], vn),
+                                T.uint64(0),
+                            )
+                if n == S:
+                    for j in range(C):
+                        with T.sblock("row_max"):
+                            vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
+                            with T.init():
+                                rmax[vn, vb, vc] = LOW
+                            rmax[vn, vb, vc] = T.max(rmax[vn, vb, vc], chunk_max[vb, vj])
+                    with T.sblock("max_save"):
+                        vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                        lane_max[vb, vc] = rmax[vn, vb, vc]
+                    for i in range(L):
+                        with T.sblock("topk_mass"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                zsum[vn, vb, vc] = T.float64(0)
+                            zsum[vn, vb, vc] = zsum[vn, vb, vc] + T.if_then_else(
+                                T.And(
+                                    p_search(temperature, top_p, vb),
+                                    T.And(in_row(vc, vi), order_key(logit(logits, vb, vc, vi)) >= kcur[vn, vb, vc]),
+                                ),
+                                weight(logits, rmax[vn, vb, vc], temperature, vb, vc, vi),
+                                T.float64(0),
+                            )
+                    with T.sblock("zk_out"):
+                        vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                        zk_part[vb, vc] = zsum[vn, vb, vc]
         for n in range(S + 1):  # "topp"
             for b, c in T.grid(B, C):
-                for g, j in T.grid(G, C):
-                    with T.sblock("topp_total"):
-                        vn, vb, vc, vg, vj = T.axis.remap("SSSSR", [n, b, c, g, j])
-                        with T.init():
-                            ptot[vn, vb, vc, vg] = T.float64(0)
-                        ptot[vn, vb, vc, vg] = ptot[vn, vb, vc, vg] + T.if_then_else(
-                            T.And(0 < vn, p_search(temperature, top_p, vb)),
-                            masses[vb, T.max(vn - 1, 0), vj, vg],
-                            T.float64(0),
-                        )
-                for j in range(C):
-                    with T.sblock("zk_total"):
-                        vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
-                        with T.init():
-                            ztot[vn, vb, vc] = T.float64(0)
-                        ztot[vn, vb, vc] = ztot[vn, vb, vc] + T.if_then_else(vn == 0, zk_part[vb, vj], T.float64(0))
+                if 0 < n:
+                    for g, j in T.grid(G, C):
+                        with T.sblock("topp_total"):
+                            vn, vb, vc, vg, vj = T.axis.remap("SSSSR", [n, b, c, g, j])
+                            with T.init():
+                                ptot[vn, vb, vc, vg] = T.float64(0)
+                            ptot[vn, vb, vc, vg] = ptot[vn, vb, vc, vg] + T.if_then_else(
+                                p_search(temperature, top_p, vb),
+                                masses[vb, vn - 1, vj, vg],
+                                T.float64(0),
+                            )
+                if n == 0:
+                    for j in range(C):
+                        with T.sblock("zk_total"):
+                            vn, vb, vc, vj = T.axis.remap("SSSR", [n, b, c, j])
+                            with T.init():
+                                ztot[vn, vb, vc] = T.float64(0)
+                            ztot[vn, vb, vc] = ztot[vn, vb, vc] + zk_part[vb, vj]
                 with T.sblock("zk_carry"):
                     vn, vb, vc = T.axis.remap("SSS", [n, b, c])
                     zcur[vn, vb, vc] = T.if_then_else(vn == 0, ztot[vn, vb, vc], lane_zk[vb, vc])
                     bound[vn, vb, vc] = kth[vb, S, vc]
                     vmax[vn, vb, vc] = lane_max[vb, vc]
-                with T.sblock("zk_save"):
-                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
-                    T.where(n == 0)
-                    lane_zk[vb, vc] = zcur[vn, vb, vc]
+                if n == 0:
+                    with T.sblock("zk_save"):
+                        vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                        lane_zk[vb, vc] = zcur[vn, vb, vc]
                 with T.sblock("topp_carry"):
                     vn, vb, vc = T.axis.remap("SSS", [n, b, c])
                     pcur[vn, vb, vc] = T.if_then_else(
@@ -355,66 +380,70 @@ def make_sample(cfg: DecodeConfig):
                 with T.sblock("topp_save"):
                     vn, vb, vc = T.axis.remap("SSS", [n, b, c])
                     pth[vb, vn, vc] = pcur[vn, vb, vc]
-                for g, i in T.grid(G, L):
-                    with T.sblock("topp_mass"):
-                        vn, vb, vc, vg, vi = T.axis.remap("SSSSR", [n, b, c, g, i])
-                        with T.init():
-                            masses[vb, vn, vc, vg] = T.float64(0)
-                        masses[vb, vn, vc, vg] = masses[vb, vn, vc, vg] + T.if_then_else(
-                            T.And(
-                                T.And(vn < S, p_search(temperature, top_p, vb)),
+                if n < S:
+                    for g, i in T.grid(G, L):
+                        with T.sblock("topp_mass"):
+                            vn, vb, vc, vg, vi = T.axis.remap("SSSSR", [n, b, c, g, i])
+                            with T.init():
+                                masses[vb, vn, vc, vg] = T.float64(0)
+                            masses[vb, vn, vc, vg] = masses[vb, vn, vc, vg] + T.if_then_else(
                                 T.And(
-                                    in_row(vc, vi),
-                                    order_key(logit(logits, vb, vc, vi))
-                                    >= T.max(
-                                        with_digit(pcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)), bound[vn, vb, vc]
+                                    p_search(temperature, top_p, vb),
+                                    T.And(
+                                        in_row(vc, vi),
+                                        order_key(logit(logits, vb, vc, vi))
+                                        >= T.max(
+                                            with_digit(pcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)),
+                                            bound[vn, vb, vc],
+                                        ),
                                     ),
                                 ),
-                            ),
-                            weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
-                            T.float64(0),
-                        )
-                for i in range(L):
-                    with T.sblock("kept_mass"):
-                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
-                        with T.init():
-                            kmass[vn, vb, vc] = T.float64(0)
-                        kmass[vn, vb, vc] = kmass[vn, vb, vc] + T.if_then_else(
-                            T.And(
-                                T.And(vn == S, drawing(temperature, vb)),
+                                weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
+                                T.float64(0),
+                            )
+                if n == S:
+                    for i in range(L):
+                        with T.sblock("kept_mass"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                kmass[vn, vb, vc] = T.float64(0)
+                            kmass[vn, vb, vc] = kmass[vn, vb, vc] + T.if_then_else(
                                 T.And(
-                                    in_row(vc, vi),
-                                    order_key(logit(logits, vb, vc, vi)) >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
-                                ),
-                            ),
-                            weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
-                            T.float64(0),
-                        )
-                for i in range(L):
-                    with T.sblock("last"):  # as tokens after the last kept one: CUDA C++ reads -2147483648 as a long
-                        vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
-                        with T.init():
-                            kafter[vn, vb, vc] = NONE
-                        kafter[vn, vb, vc] = T.min(
-                            kafter[vn, vb, vc],
-                            T.if_then_else(
-                                T.And(
-                                    T.And(vn == S, drawing(temperature, vb)),
+                                    drawing(temperature, vb),
                                     T.And(
                                         in_row(vc, vi),
                                         order_key(logit(logits, vb, vc, vi))
                                         >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
                                     ),
                                 ),
-                                V - 1 - index(vc, vi),
-                                NONE,
-                            ),
-                        )
-                with T.sblock("kept_out"):
-                    vn, vb, vc = T.axis.remap("SSS", [n, b, c])
-                    T.where(n == S)
-                    kept_part[vb, vc] = kmass[vn, vb, vc]
-                    kept_after[vb, vc] = kafter[vn, vb, vc]
+                                weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
+                                T.float64(0),
+                            )
+                    for i in range(L):
+                        # as tokens after the last kept one: CUDA C++ reads -2147483648 as a long
+                        with T.sblock("last"):
+                            vn, vb, vc, vi = T.axis.remap("SSSR", [n, b, c, i])
+                            with T.init():
+                                kafter[vn, vb, vc] = NONE
+                            kafter[vn, vb, vc] = T.min(
+                                kafter[vn, vb, vc],
+                                T.if_then_else(
+                                    T.And(
+                                        drawing(temperature, vb),
+                                        T.And(
+                                            in_row(vc, vi),
+                                            order_key(logit(logits, vb, vc, vi))
+                                            >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
+                                        ),
+                                    ),
+                                    V - 1 - index(vc, vi),
+                                    NONE,
+                                ),
+                            )
+                    with T.sblock("kept_out"):
+                        vn, vb, vc = T.axis.remap("SSS", [n, b, c])
+                        kept_part[vb, vc] = kmass[vn, vb, vc]
+                        kept_after[vb, vc] = kafter[vn, vb, vc]
         for b in range(B):
             for j in range(C):
                 with T.sblock("row_top"):
