@@ -7,7 +7,9 @@ from tvm import s_tir
 
 from gdn_tvm.config import DecodeConfig
 
-# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times.
+# The knob grid a tuner samples (gdn_tvm/tuning/space.py) and benchmarks/sweep.py times. H200, V = 248,320, 128 /
+# 256 / 512 threads: 183 / 150 / 150 us at B=1, 973 / 584 / 428 at B=8, 4806 / 2368 / 1403 at B=32 (the op
+# benchmark's mixed lanes; 256 CTAs a launch then, h200_sweeps_sample.jsonl.xz).
 KNOBS = {"threads": (128, 256, 512)}
 # The reductions over a chunk's logits or over a lane's C chunk results (all but `TO_WORKSPACE` into registers),
 # and the blocks whose per-CTA values they write (each thread keeps them in registers).
@@ -28,7 +30,7 @@ def llvm(sch: s_tir.Schedule, cfg: DecodeConfig) -> None:
     """As written: launches, lanes and chunks one after another, each pass a serial loop."""
 
 
-def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 256) -> None:
+def cuda(sch: s_tir.Schedule, cfg: DecodeConfig, threads: int = 512) -> None:
     """Grid B x C in each search launch, B in the last, `threads` threads a CTA. A pass strides its chunk (thread `t`
     reading logits `t, t + threads, ...`: coalesced) or the lane's chunk results, and ends in an allreduce that
     leaves its result in every thread's registers; the steps between passes run in every thread alike on those
