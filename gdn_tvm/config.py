@@ -171,9 +171,9 @@ class ModelConfig:
 
 STOP_IDS = 8  # entries of a model step's stop-token list (a model's EOS ids, padded with -1)
 ARGMAX_CHUNKS, ARGMAX_MIN_CHUNK = 256, 64  # `argmax`'s first stage: chunks of a row at most, logits a chunk at least
-# `sample`'s search launches: about SAMPLE_CTAS CTAs (a chunk of a lane's row each: at most SAMPLE_CHUNKS a lane, as
-# each CTA also reads its lane's C chunk sums, C^2 a lane; at least ARGMAX_MIN_CHUNK logits a chunk)
-SAMPLE_CTAS, SAMPLE_CHUNKS = 2048, 256
+# `sample`'s search launches: a CTA a chunk of a lane's row, each reading its lane's C chunk sums (B C^2 a launch):
+# C at most SAMPLE_CHUNKS and B C^2 at most SAMPLE_SUMS (chunks of at least ARGMAX_MIN_CHUNK logits)
+SAMPLE_CHUNKS, SAMPLE_SUMS = 256, 65536
 # `sample`'s threshold searches: bits of a logit's order key, and those a step fixes (a launch a step; it tries
 # 2^SEARCH_DIGIT_BITS - 1 thresholds)
 KEY_BITS, SEARCH_DIGIT_BITS = 32, 2
@@ -228,11 +228,12 @@ class DecodeConfig:
     @property
     def sample_chunks(self) -> int:
         """Chunks C of a lane's logits in `sample`'s search launches (a CTA each), each of `ceil(V / C)` but the last
-        (none empty): SAMPLE_CHUNKS, fewer from B * SAMPLE_CHUNKS > SAMPLE_CTAS (256 of 970 at B = 8, 64 of 3,880 at
-        B = 32, V = 248,320) or in a short row."""
+        (none empty): the largest power of two with B C^2 <= SAMPLE_SUMS, at most SAMPLE_CHUNKS (256 at B = 1, 64 at B
+        = 8, 32 at B = 32, 16 at B = 128: the best of 16-256 on the H200, `h200_sampling_chunks.json`), fewer in a
+        short row."""
         V = self.model.vocab_size
-        length = max(ARGMAX_MIN_CHUNK, math.ceil(V / SAMPLE_CHUNKS), math.ceil(V * self.batch / SAMPLE_CTAS))
-        return math.ceil(V / length)
+        chunks = min(SAMPLE_CHUNKS, 1 << (max(1, math.isqrt(SAMPLE_SUMS // self.batch)).bit_length() - 1))
+        return math.ceil(V / max(ARGMAX_MIN_CHUNK, math.ceil(V / chunks)))
 
     @property
     def sample_workspace(self) -> dict[str, tuple[tuple[int, ...], str]]:
