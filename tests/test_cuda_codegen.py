@@ -128,7 +128,16 @@ def test_host_loops_finds_loops_no_thread_binds():
                     vb, vt = T.axis.remap("SS", [b, t])
                     y[vb, vt] = x[vb, vt]
 
-    assert host_loops(half_bound.body) == ["b"] and host_loops(bound.body) == []
+    @T.prim_func(s_tir=True)
+    def chain(x: T.Buffer((4, 32), "float32"), y: T.Buffer((4, 32), "float32")):
+        for n in range(3):  # three launches, one an iteration (as `sample` chains its search steps)
+            for b in T.thread_binding(4, thread="blockIdx.x"):
+                for t in T.thread_binding(32, thread="threadIdx.x"):
+                    with T.sblock("scale"):
+                        vn, vb, vt = T.axis.remap("SSS", [n, b, t])
+                        y[vb, vt] = x[vb, vt] * T.Cast("float32", vn)
+
+    assert host_loops(half_bound.body) == ["b"] and host_loops(bound.body) == [] and host_loops(chain.body) == []
 
 
 @pytest.mark.parametrize("name", list(CUDA_OPS))

@@ -193,16 +193,30 @@ def dlight_schedule(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> tir
 
 
 def host_loops(stmt: tirx.Stmt) -> list[str]:
-    """The outermost loops of a scheduled body that no thread binds: for CUDA they would run on the host. dlight's
-    fallback schedules the blocks nested in a per-(lane, head) block one by one and leaves the loops around them
-    (which read positions from device memory) serial."""
+    """The outermost loops of a scheduled body that no thread binds and that do more than launch kernels: for CUDA
+    they would run on the host. dlight's fallback schedules the blocks nested in a per-(lane, head) block one by one
+    and leaves the loops around them (which read positions from device memory) serial. A loop whose body is only
+    launches is a chain of them (`sample`), its counter the only host value."""
     if isinstance(stmt, tirx.SeqStmt):
         return [name for s in stmt.seq for name in host_loops(s)]
     if isinstance(stmt, s_tir.stmt.SBlockRealize):
         return host_loops(stmt.block.body)
     if isinstance(stmt, tirx.For):
-        return [] if stmt.kind == tirx.ForKind.THREAD_BINDING else [stmt.loop_var.name]
+        return [] if stmt.kind == tirx.ForKind.THREAD_BINDING or _launches_only(stmt.body) else [stmt.loop_var.name]
     return host_loops(stmt.body) if isinstance(stmt, tirx.DeclBuffer | tirx.AllocBuffer | tirx.AttrStmt) else []
+
+
+def _launches_only(stmt: tirx.Stmt) -> bool:
+    """`stmt` is kernel launches (loops bound to blockIdx), in sequence or in loops of them, and nothing else."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return all(_launches_only(s) for s in stmt.seq)
+    if isinstance(stmt, s_tir.stmt.SBlockRealize):
+        return _launches_only(stmt.block.body)
+    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING:
+        return stmt.thread_binding.thread_tag.startswith("blockIdx")
+    if isinstance(stmt, tirx.For):
+        return _launches_only(stmt.body)
+    return isinstance(stmt, tirx.DeclBuffer | tirx.AllocBuffer | tirx.AttrStmt) and _launches_only(stmt.body)
 
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
