@@ -216,7 +216,7 @@ def _launches_only(stmt: tirx.Stmt) -> bool:
         return stmt.thread_binding.thread_tag.startswith("blockIdx")
     if isinstance(stmt, tirx.For):
         return _launches_only(stmt.body)
-    return isinstance(stmt, tirx.DeclBuffer | tirx.AllocBuffer | tirx.AttrStmt) and _launches_only(stmt.body)
+    return isinstance(stmt, tirx.DeclBuffer | tirx.AttrStmt) and _launches_only(stmt.body)
 
 
 def compile_dlight(op: Op, cfg: DecodeConfig, target: tvm.target.Target) -> Kernel:
