@@ -195,6 +195,10 @@ def make_sample(cfg: DecodeConfig):
     def in_row(c, i):
         return index(c, i) < V
 
+    def above(logits, b, c, i, threshold):
+        """Token i of lane b's chunk c is a token of the row whose key is at least `threshold`."""
+        return T.And(in_row(c, i), order_key(logit(logits, b, c, i)) >= threshold)
+
     def drawn_below(ctr_round, z, b):
         """`u * z`: the lane's uniform number (`UNIFORM_BITS` bits of Philox's first word) times the kept weight."""
         bits = T.shift_right(ctr_round[b, R - 1, 0], T.uint32(32 - UNIFORM_BITS))
@@ -323,10 +327,7 @@ def make_sample(cfg: DecodeConfig):
                             with T.init():
                                 zsum[vn, vb, vc] = T.float64(0)
                             zsum[vn, vb, vc] = zsum[vn, vb, vc] + T.if_then_else(
-                                T.And(
-                                    p_search(temperature, top_p, vb),
-                                    T.And(in_row(vc, vi), order_key(logit(logits, vb, vc, vi)) >= kcur[vn, vb, vc]),
-                                ),
+                                T.And(p_search(temperature, top_p, vb), above(logits, vb, vc, vi, kcur[vn, vb, vc])),
                                 weight(logits, rmax[vn, vb, vc], temperature, vb, vc, vi),
                                 T.float64(0),
                             )
@@ -389,10 +390,12 @@ def make_sample(cfg: DecodeConfig):
                             masses[vb, vn, vc, vg] = masses[vb, vn, vc, vg] + T.if_then_else(
                                 T.And(
                                     p_search(temperature, top_p, vb),
-                                    T.And(
-                                        in_row(vc, vi),
-                                        order_key(logit(logits, vb, vc, vi))
-                                        >= T.max(
+                                    above(
+                                        logits,
+                                        vb,
+                                        vc,
+                                        vi,
+                                        T.max(
                                             with_digit(pcur[vn, vb, vc], vn, T.Cast("uint32", vg + 1)),
                                             bound[vn, vb, vc],
                                         ),
@@ -410,11 +413,7 @@ def make_sample(cfg: DecodeConfig):
                             kmass[vn, vb, vc] = kmass[vn, vb, vc] + T.if_then_else(
                                 T.And(
                                     drawing(temperature, vb),
-                                    T.And(
-                                        in_row(vc, vi),
-                                        order_key(logit(logits, vb, vc, vi))
-                                        >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
-                                    ),
+                                    above(logits, vb, vc, vi, T.max(pcur[vn, vb, vc], bound[vn, vb, vc])),
                                 ),
                                 weight(logits, vmax[vn, vb, vc], temperature, vb, vc, vi),
                                 T.float64(0),
@@ -430,11 +429,7 @@ def make_sample(cfg: DecodeConfig):
                                 T.if_then_else(
                                     T.And(
                                         drawing(temperature, vb),
-                                        T.And(
-                                            in_row(vc, vi),
-                                            order_key(logit(logits, vb, vc, vi))
-                                            >= T.max(pcur[vn, vb, vc], bound[vn, vb, vc]),
-                                        ),
+                                        above(logits, vb, vc, vi, T.max(pcur[vn, vb, vc], bound[vn, vb, vc])),
                                     ),
                                     V - 1 - index(vc, vi),
                                     NONE,
@@ -514,10 +509,7 @@ def make_sample(cfg: DecodeConfig):
                         below[vb, vm] = below[vb, vm] + T.if_then_else(
                             T.And(
                                 T.And(vi < pos[vb, vm] + (1 << (LB - 1 - vm)), drawing(temperature, vb)),
-                                T.And(
-                                    in_row(chunk_step[vb, CB - 1], vi),
-                                    order_key(logit(logits, vb, chunk_step[vb, CB - 1], vi)) >= threshold[vb],
-                                ),
+                                above(logits, vb, chunk_step[vb, CB - 1], vi, threshold[vb]),
                             ),
                             weight(logits, top[vb], temperature, vb, chunk_step[vb, CB - 1], vi),
                             T.float64(0),
