@@ -113,7 +113,7 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error(f"--prompt-ids: expected comma-separated token ids, got {args.prompt_ids!r}")
     cfg = DecodeConfig(m, batch=args.batch, max_len=args.max_len, split_len=args.split_len, **dtypes)
     on_gpu = args.target == "cuda" or (args.target == "auto" and gpu_present())
-    sampling = args.temperature > 0  # greedy decoding takes `argmax` (two launches), not `sample`'s chain of 35
+    sampling = args.temperature > 0  # greedy decoding takes `argmax` (one launch), not `sample`'s chain of 35
     device, plan = tvm.cuda(0) if on_gpu else tvm.cpu(0), model_plan(cfg, sampling)
     need, have = _step_bytes(plan), memory_bytes(device)
     if not on_gpu:  # the weights' host arrays stay beside the step's copies of them

@@ -446,7 +446,7 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     embedding -> per layer: RMSNorm (with the residual add from the second layer on), its mixer's plan (under
     `layers.<i>.`), residual add + RMSNorm, SwiGLU MLP (gate|up stacked, one GEMV with `silu(gate) * up` as its
     epilogue, then down) -> residual add + final RMSNorm -> LM head (the embedding table itself where tied) ->
-    `sample` (`argmax` without `sampling`: every lane greedy, two launches where `sample` chains 35) -> `advance`,
+    `sample` (`argmax` without `sampling`: every lane greedy, one launch where `sample` chains 35) -> `advance`,
     which writes the next step's `ids` and moves positions, steps and finished slots on. With `fusions.block_stages`
     a layer's norms are the prologues of the GEMVs after them and its residual adds the epilogues of those before them
     (the final norm a plain `rmsnorm`)."""
@@ -515,7 +515,15 @@ def model(cfg: DecodeConfig, sampling: bool = True) -> Plan:
     else:
         chunks = (B, cfg.argmax_chunks)
         first = p.add("chunk_first", chunks, "act", "int32")
-        p.launch("argmax", logits=logits, chunk_max=p.act("chunk_max", *chunks), chunk_first=first, tokens=sampled)
+        arrivals = p.add("arrivals", (B,), "act", "int32")  # zero from the start, as integer activations are
+        p.launch(
+            "argmax",
+            logits=logits,
+            chunk_max=p.act("chunk_max", *chunks),
+            chunk_first=first,
+            tokens=sampled,
+            arrivals=arrivals,
+        )
     lanes = {name: name for name in ("prompts", "prompt_lens", "limits", "stop_ids", "positions", "slots", "steps")}
     events = p.add("events", (2, B), "act", "int32")
     p.launch("advance", sampled=sampled, **lanes, ids="ids", events=events)

@@ -5,6 +5,8 @@ A signature is the ordered list of a PrimFunc's parameters as `Arg`s. Roles:
   out      output, fully written by the kernel   state    pool updated in place (conv, recurrent, KV)
   index    int32 slots or positions, checked against `bound` (slot -1 means "skip this lane")
   scratch  workspace the kernel writes before it reads (a chain of launches' partial results): no result
+  counter  int32 arrival counters (`ops.common.arrive`), one parameter read and written in place: zero before a
+           launch (checked) and after it
 An `Arg` with `alias` is the write side of an in-place state: the caller passes the state once and
 the launcher binds it to both parameters.
 
@@ -20,7 +22,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-ROLES = ("in", "weight", "out", "state", "index", "scratch")
+ROLES = ("in", "weight", "out", "state", "index", "scratch", "counter")
 DEVICE_NAMES = {1: "cpu", 2: "cuda"}
 
 Sampler = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
@@ -132,7 +134,8 @@ def check_args(
     """Raise `ArgumentError` naming the first bad argument; touches no buffer.
 
     Checks presence, shape, dtype, contiguity, 16-byte alignment, device, index bounds (slots in [-1, S),
-    positions < max_len, distinct active slots) and, when `check_weights`, that weights hold no NaN or inf.
+    positions < max_len, distinct active slots), zero arrival counters and, when `check_weights`, that weights hold
+    no NaN or inf.
     """
     args = visible(signature)
     names = {a.name for a in args}
@@ -158,6 +161,8 @@ def check_args(
             check_device(a.name, v, (device,))
         if a.role == "index":
             _check_index(a, to_host(v))
+        elif a.role == "counter" and to_host(v).any():
+            raise ArgumentError(f"{a.name}: arrival counters must be zero between launches, got {to_host(v).tolist()}")
         elif a.role == "weight" and check_weights:
             if not np.isfinite(to_host(v)).all():
                 raise ArgumentError(f"{a.name}: weight holds NaN or inf")
@@ -204,6 +209,8 @@ def sample(arg: Arg, rng: np.random.Generator) -> np.ndarray:
         return arg.sample(rng, arg.shape)
     if arg.role in ("out", "scratch"):
         return poisoned(arg)
+    if arg.role == "counter":
+        return np.zeros(arg.shape, arg.dtype)
     if arg.role == "index":
         lo, hi = arg.limits
         if arg.slot_pool:

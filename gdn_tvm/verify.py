@@ -85,7 +85,7 @@ def check_kernel(op: Op, cfg: DecodeConfig, kernel: Kernel, rng: np.random.Gener
     kernel(**tensors)
     failed, tol = [], 0 if op.exact else tolerance(a.dtype for a in args)
     for a in args:
-        if a.role in ("out", "state"):
+        if a.role in ("out", "state", "counter"):
             why = mismatch(tensors[a.name].numpy(), expect[a.name], tol)
             if why:
                 failed.append(f"{op.name}.{a.name}: {why}")

@@ -1,7 +1,7 @@
 // A CPU stand-in for the CUDA C++ that TVM generates; tests/cuda_emu.py builds a kernel with it and launches it.
 //
 // The generated preamble includes <cuda.h> outside NVRTC: the build directory's cuda.h is this file, so it is all the
-// CUDA a kernel sees. Blocks run one after another, so `__shared__` storage can be function-static. A block's threads
+// CUDA a kernel sees. Blocks run one after another (last to first), so `__shared__` storage can be function-static. A block's threads
 // are fibers (ucontext) on the calling thread taking turns; a fiber gives up its turn only where CUDA threads wait
 // for each other: `__syncthreads()` (the block's barrier) and the shuffles (its warp's barrier). So every barrier is
 // exact and a warp's lanes exchange values in lockstep; between barriers one thread runs at a time, first to last in
@@ -38,7 +38,7 @@
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
+#define __forceinline__ static inline  // internal linkage: a helper's `__shared__` statics share the kernels' section
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 // Function-static, in a section of its own: the linker brackets it with `__start_emu_shared` and `__stop_emu_shared`.
@@ -266,7 +266,9 @@ inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims
   body_args = args;
   error[0] = 0;
   char* stacks = new char[n_threads * kStack];
-  for (unsigned b = 0; b < gridDim.x * gridDim.y * gridDim.z && !error[0]; ++b) {
+  unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
+  for (unsigned n = 0; n < blocks && !error[0]; ++n) {
+    unsigned b = blocks - 1 - n;  // last to first: no order CUDA promises, and the reverse of the CPU builds' loops
     blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
     for (unsigned i = 0; i < n_threads; ++i) {
       Thread& t = threads[i];
@@ -305,6 +307,16 @@ inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims
 
 inline void __syncthreads(unsigned line = __builtin_LINE()) { emu::wait(emu::block_barrier, line); }
 inline unsigned __activemask() { return emu::warps[emu::self->warp].mask; }
+
+// One thread runs at a time and blocks one after another, so an atomic is a plain read-modify-write and a fence has
+// nothing to order; blocks run last to first (`run`), so a kernel taking the last arrival for the last block fails.
+template <class T>
+T atomicAdd(T* address, T value) {
+  T old = *address;
+  *address = old + value;
+  return old;
+}
+inline void __threadfence() {}
 
 // CUDA's lane arithmetic for `width` (a power of two): a lane reads within its own `width`-wide segment and gets
 // its own value where the source falls outside it.

@@ -13,7 +13,7 @@ from cuda_emu import emulated, lower
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.registry import OPS
-from gdn_tvm.signature import poisoned, visible
+from gdn_tvm.signature import ArgumentError, poisoned, visible
 from gdn_tvm.target import llvm
 from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import mismatch, reference_copy
@@ -36,15 +36,21 @@ def _kernel(target: str):
 
 def _argmax(target: str, logits: np.ndarray) -> np.ndarray:
     """The kernel's tokens for `logits` [B, V], after checking every output against the reference."""
-    values = {a.name: poisoned(a) for a in visible(OP.signature(CFG))} | {"logits": logits.astype(np.float32)}
+    args = visible(OP.signature(CFG))
+    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in args}
+    values["logits"] = logits.astype(np.float32)
     expect = reference_copy(values)
     OP.run_reference(CFG, expect)
     _kernel(target)(**values)
-    for name in ("chunk_max", "chunk_first", "tokens"):
+    for name in ("chunk_max", "chunk_first", "tokens", "arrivals"):
         why = mismatch(values[name], expect[name], 0)
         assert why is None, f"{name}: {why}"
     assert values["tokens"].tolist() == np.argmax(logits, axis=1).tolist()
     return values["tokens"]
+
+
+def zeros(arg) -> np.ndarray:
+    return np.zeros(arg.shape, arg.dtype)
 
 
 def _rows(rng: np.random.Generator) -> np.ndarray:
@@ -106,3 +112,26 @@ def test_every_cuda_design_matches_reference(cfg, rng):
     for knobs in knob_grid(OP, "cuda"):
         kernel = emulated(OP, cfg, *lower(OP.schedule(cfg, "cuda", **knobs).mod))
         check_kernel_against_reference(OP, cfg, kernel, rng)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_each_launch_leaves_the_counters_at_zero(target, rng):
+    """Launches one after another on the same counters (a replayed graph's): each finds them at zero, draws every
+    lane's tokens in the chunk that arrives last and leaves them at zero."""
+    kernel, logits = _kernel(target), _rows(rng)
+    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in visible(OP.signature(CFG))}
+    for _ in range(3):
+        logits = np.roll(logits, 101, axis=1)
+        kernel(**{**values, "logits": logits})
+        assert values["tokens"].tolist() == np.argmax(logits, axis=1).tolist()
+        assert not values["arrivals"].any()
+
+
+def test_a_counter_left_mid_launch_is_refused(rng):
+    """A counter that is not zero (a launch cut short, or a buffer that is not one) is refused by name, the outputs
+    left as they were: the chunks would never see their last arrival."""
+    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in visible(OP.signature(CFG))}
+    values["logits"], values["arrivals"][1] = _rows(rng), 5
+    with pytest.raises(ArgumentError, match=r"arrivals: arrival counters must be zero"):
+        _kernel("llvm")(**values)
+    assert (values["tokens"] == np.iinfo(np.int32).min).all()

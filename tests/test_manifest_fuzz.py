@@ -209,7 +209,7 @@ MALFORMED = [
     ((*ARG0, "shape"), [1, True, 256], "args[0].shape: expected a list of ints >= 0"),
     ((*ARG0, "dtype"), DELETE, "args[0].dtype: expected a dtype"),
     ((*ARG0, "dtype"), "f4", "args[0].dtype: expected a dtype"),
-    ((*ARG0, "role"), "input", "args[0].role: expected one of in, weight, out, state, index, scratch"),
+    ((*ARG0, "role"), "input", "args[0].role: expected one of in, weight, out, state, index, scratch, counter"),
     ((*ARG0, "role"), "index", "args[0].bound: expected [lo, hi] for an index"),
     ((*ARG0, "bound"), [0], "args[0].bound: expected null or [lo, hi]"),
     ((*ARG0, "bound"), [4, 0], "args[0].bound: expected null or [lo, hi]"),

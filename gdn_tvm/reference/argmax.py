@@ -3,10 +3,12 @@
 import numpy as np
 
 
-def argmax(logits: np.ndarray, chunk_max: np.ndarray, chunk_first: np.ndarray, tokens: np.ndarray) -> None:
+def argmax(
+    logits: np.ndarray, chunk_max: np.ndarray, chunk_first: np.ndarray, tokens: np.ndarray, arrivals: np.ndarray
+) -> None:
     """logits: [B, V] -> chunk_max[:], chunk_first[:] (int32): [B, C], each chunk's (L = ceil(V / C) logits, the last
     one shorter where C does not divide V) largest value and the row index of its first occurrence; tokens[:] (int32):
-    [B], the first index of each row's largest value."""
+    [B], the first index of each row's largest value; arrivals[:] (int32): [B], zero."""
     B, V = logits.shape
     C = chunk_max.shape[1]
     L = -(-V // C)
@@ -16,3 +18,4 @@ def argmax(logits: np.ndarray, chunk_max: np.ndarray, chunk_first: np.ndarray, t
     chunk_max[...] = chunks.max(axis=2)
     chunk_first[...] = chunks.argmax(axis=2) + L * np.arange(C)
     tokens[...] = np.argmax(logits, axis=1)
+    arrivals[...] = 0

@@ -105,7 +105,8 @@ def alloc_arguments(
 ) -> list[list[tvm.runtime.Tensor]]:
     """`f_alloc_argument` of `LocalRunner` (bind `index_values` with `functools.partial`).
 
-    index_values[i]: the values of tensor parameter i when it is an index buffer, else None (random fill).
+    index_values[i]: the values of tensor parameter i when it is an index buffer or a counter, else None (random
+    fill).
     args_info: MetaSchedule's `("TENSOR", dtype, shape)` per tensor parameter, in order.
     The runner's worker process lives through the session and calls this once per candidate: the sets (one
     random fill, copied on the device into the others, each in its own memory) are made once per workload and

@@ -24,7 +24,7 @@ from gdn_tvm.signature import Arg
 @dataclass(frozen=True)
 class Workload:
     """`general`: the op's PrimFunc; `mod`: `{"main": general marked no-alias}`, the tuning task;
-    `index_values`: per parameter of `mod`, the values of an index buffer or None."""
+    `index_values`: per parameter of `mod`, the values of an index buffer or a counter, or None."""
 
     op: Op
     cfg: DecodeConfig
@@ -51,7 +51,9 @@ def workload(op: Op, cfg: DecodeConfig, kind: str) -> Workload:
 
 def _index_values(arg: Arg) -> np.ndarray | None:
     """An index buffer's values while tuning: slots 0, 1, ... (distinct while the pool lasts), positions at the
-    middle of their range; None for any other argument."""
+    middle of their range; arrival counters zero (each launch leaves them so); None for any other argument."""
+    if arg.role == "counter":
+        return np.zeros(arg.shape, arg.dtype)
     if arg.role != "index":
         return None
     lo, hi = arg.limits
