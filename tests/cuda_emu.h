@@ -18,6 +18,10 @@
 // `cp.async` (the copies of a software pipeline's async stages) becomes `emu::cp_async` and its group calls: a copy
 // lands in shared memory at the `wait_group` that must have landed it, so a read it does not order sees stale data.
 //
+// Grid-wide waits: a block whose threads all wait, one of them spinning on memory (`__nanosleep` in its loop), gives
+// its turn to the blocks not started yet, then to the other waiting ones in turn (its state, `__shared__` storage
+// included, saved meanwhile), so a grid barrier completes; a round of waits in which nothing is written is reported.
+//
 // Not modelled: concurrent blocks (no inter-block races), uninitialised shared memory (it holds the last block's
 // values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`; `mma` sums its
 // exact products in double, rounding once to float, where tensor cores keep fewer bits).
@@ -29,11 +33,14 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <type_traits>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -148,6 +155,9 @@ inline Barrier block_barrier;
 inline Thread* self;
 inline bool reverse;  // this block's threads take turns last to first
 inline unsigned n_threads, alive, idle;  // idle: switches since a thread last arrived at a barrier or finished
+inline unsigned polling;                 // threads of the block that waited on memory since the last progress
+inline bool suspended;                   // the block gave the grid its turn (every thread waits, one on memory)
+inline unsigned long grid_progress;      // atomic writes and finished blocks: what a waiting block may wait for
 inline ucontext_t scheduler;
 inline void (*body)(void**);
 inline void** body_args;
@@ -174,11 +184,18 @@ template <class... A>
   __builtin_unreachable();
 }
 
-// Switch to the block's next unfinished thread; a full round of them without progress is a deadlock.
+// Switch to the block's next unfinished thread; a full round of them without progress is a deadlock, unless one of
+// them waits on memory (`poll`): then the block gives the grid scheduler its turn, and resumes where it stopped.
 inline void yield() {
-  if (++idle > alive)
-    fail("deadlock: threads wait at barriers that cannot complete (a __syncthreads not every thread reaches, or a "
-         "shuffle or tensor-core instruction some lanes of a warp skip)");
+  if (++idle > alive) {
+    if (!polling)
+      fail("deadlock: threads wait at barriers that cannot complete (a __syncthreads not every thread reaches, or a "
+           "shuffle or tensor-core instruction some lanes of a warp skip)");
+    suspended = true;
+    swapcontext(&self->context, &scheduler);
+    idle = polling = 0;
+    return;
+  }
   Thread *me = self, *last = &threads[n_threads - 1];
   do self = reverse ? (self == threads ? last : self - 1) : (self == last ? threads : self + 1);
   while (self->done);
@@ -243,50 +260,120 @@ inline void entry() {
   yield();
 }
 
-// Run `kernel(args)` over a grid of `dims[0..2]` blocks of `dims[3..5]` threads; nullptr, or why it stopped.
-// One launch at a time (`__shared__` storage and this state are static).
-inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims) {
-  gridDim = {dims[0], dims[1], dims[2]};
-  blockDim = {dims[3], dims[4], dims[5]};
-  n_threads = blockDim.x * blockDim.y * blockDim.z;
-  if (n_threads > kMaxThreads) return "more than 1024 threads a block";
+extern "C" char __start_emu_shared[] __attribute__((visibility("hidden")));
+extern "C" char __stop_emu_shared[] __attribute__((visibility("hidden")));
+
+// A block that gave the grid its turn: the running block's state (the globals above), saved while others run.
+struct Waiting {
+  uint3 index;
+  unsigned self, alive;
+  bool reverse;
+  Barrier block_barrier;
+  char* stacks;
+  std::vector<Thread> threads;
+  std::vector<Warp> warps;
+  std::vector<AsyncCopies> copies;
+  std::vector<char> shared;
+};
+
+inline unsigned n_warps() { return (n_threads + 31) / 32; }
+
+// Start block `b` on `stacks`, its threads at the kernel's entry, until it finishes or waits on memory.
+inline void start(unsigned b, char* stacks) {
+  blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
   for (unsigned i = 0; i < n_threads; ++i) {
-    threads[i].index = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
-    threads[i].lane = i % 32;
-    threads[i].warp = i / 32;
+    Thread& t = threads[i];
+    t.index = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
+    t.lane = i % 32;
+    t.warp = i / 32;
+    getcontext(&t.context);
+    t.context.uc_stack = {stacks + i * kStack, 0, kStack};
+    t.context.uc_link = nullptr;
+    makecontext(&t.context, entry, 0);
+    t.parity = 0;
+    t.done = false;
+    async_copies[i].n = async_copies[i].committed = 0;
   }
-  for (unsigned w = 0; w * 32 < n_threads; ++w) {
+  for (unsigned w = 0; w < n_warps(); ++w) {
     unsigned lanes = n_threads - 32 * w < 32 ? n_threads - 32 * w : 32;
     warps[w].barrier = {lanes, 0, 0, 0};
     warps[w].mask = lanes == 32 ? ~0u : (1u << lanes) - 1;
     std::memset(warps[w].slot, 0xff, sizeof warps[w].slot);  // a lane past the block's last reads NaN (or -1)
   }
   block_barrier = {n_threads, 0, 0, 0};
+  alive = n_threads;
+  idle = polling = 0;
+  reverse = b % 2;
+  self = reverse ? &threads[n_threads - 1] : threads;
+  swapcontext(&scheduler, &self->context);
+}
+
+inline Waiting save(char* stacks) {
+  Waiting w{blockIdx, unsigned(self - threads), alive, reverse, block_barrier, stacks,
+            {threads, threads + n_threads}, {warps, warps + n_warps()}, {async_copies, async_copies + n_threads},
+            {__start_emu_shared, __stop_emu_shared}};
+  return w;
+}
+
+// Resume a waiting block where its thread gave the turn (its contexts back at the addresses they were saved from).
+inline void resume(const Waiting& w) {
+  blockIdx = w.index;
+  alive = w.alive;
+  reverse = w.reverse;
+  block_barrier = w.block_barrier;
+  std::copy(w.threads.begin(), w.threads.end(), threads);
+  std::copy(w.warps.begin(), w.warps.end(), warps);
+  std::copy(w.copies.begin(), w.copies.end(), async_copies);
+  std::copy(w.shared.begin(), w.shared.end(), __start_emu_shared);
+  self = &threads[w.self];
+  swapcontext(&scheduler, &self->context);
+}
+
+// Run `kernel(args)` over a grid of `dims[0..2]` blocks of `dims[3..5]` threads; nullptr, or why it stopped.
+// One launch at a time (`__shared__` storage and this state are static). Blocks start last to first, each running
+// until it finishes or waits on memory; waiting blocks resume in turn once every block has started, and a round of
+// them in which no atomic wrote and no block finished is a deadlock.
+inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims) {
+  gridDim = {dims[0], dims[1], dims[2]};
+  blockDim = {dims[3], dims[4], dims[5]};
+  n_threads = blockDim.x * blockDim.y * blockDim.z;
+  if (n_threads > kMaxThreads) return "more than 1024 threads a block";
   body = kernel;
   body_args = args;
   error[0] = 0;
-  char* stacks = new char[n_threads * kStack];
-  unsigned blocks = gridDim.x * gridDim.y * gridDim.z;
-  for (unsigned n = 0; n < blocks && !error[0]; ++n) {
-    unsigned b = blocks - 1 - n;  // last to first: no order CUDA promises, and the reverse of the CPU builds' loops
-    blockIdx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
-    for (unsigned i = 0; i < n_threads; ++i) {
-      Thread& t = threads[i];
-      getcontext(&t.context);
-      t.context.uc_stack = {stacks + i * kStack, 0, kStack};
-      t.context.uc_link = nullptr;
-      makecontext(&t.context, entry, 0);
-      t.parity = 0;
-      t.done = false;
-      async_copies[i].n = async_copies[i].committed = 0;
+  unsigned blocks = gridDim.x * gridDim.y * gridDim.z, started = 0, stale = 0;
+  unsigned long progress = grid_progress;
+  std::vector<char*> spare;
+  std::deque<Waiting> waiting;
+  while (!error[0] && (started < blocks || !waiting.empty())) {
+    char* stacks;
+    if (started < blocks) {  // last to first: no order CUDA promises, and the reverse of the CPU builds' loops
+      stacks = spare.empty() ? new char[n_threads * kStack] : spare.back();
+      if (!spare.empty()) spare.pop_back();
+      start(blocks - 1 - started++, stacks);
+    } else {
+      stale = grid_progress == progress ? stale + 1 : 0;
+      progress = grid_progress;
+      if (stale > waiting.size()) {
+        snprintf(error, sizeof error, "deadlock: every block waits on memory that no block writes");
+        break;
+      }
+      stacks = waiting.front().stacks;
+      resume(waiting.front());
+      waiting.pop_front();
     }
-    alive = n_threads;
-    idle = 0;
-    reverse = b % 2;
-    self = reverse ? &threads[n_threads - 1] : threads;
-    swapcontext(&scheduler, &self->context);
+    if (error[0]) {
+      spare.push_back(stacks);
+    } else if (suspended) {
+      suspended = false;
+      waiting.push_back(save(stacks));
+    } else {
+      ++grid_progress;
+      spare.push_back(stacks);
+    }
   }
-  delete[] stacks;
+  for (char* stacks : spare) delete[] stacks;
+  for (Waiting& w : waiting) delete[] w.stacks;
   if (error[0]) {
     size_t n = strlen(error);
     snprintf(error + n, sizeof error - n, " in block (%u, %u, %u)", blockIdx.x, blockIdx.y, blockIdx.z);
@@ -308,15 +395,22 @@ inline const char* run(void (*kernel)(void**), void** args, const unsigned* dims
 inline void __syncthreads(unsigned line = __builtin_LINE()) { emu::wait(emu::block_barrier, line); }
 inline unsigned __activemask() { return emu::warps[emu::self->warp].mask; }
 
-// One thread runs at a time and blocks one after another, so an atomic is a plain read-modify-write and a fence has
-// nothing to order; blocks run last to first (`run`), so a kernel taking the last arrival for the last block fails.
+// One thread runs at a time, so an atomic is a plain read-modify-write and a fence has nothing to order. Blocks run last
+// to first (`run`), so a kernel taking the last arrival for the last block fails; a block whose threads all wait,
+// one of them spinning on memory (`__nanosleep` in the loop), lets the others run (a grid-wide barrier).
 template <class T>
 T atomicAdd(T* address, T value) {
   T old = *address;
   *address = old + value;
+  emu::grid_progress += value != T(0);
   return old;
 }
 inline void __threadfence() {}
+// A thread spinning on memory backs off here: the emulator lets the block's other threads, then other blocks, run.
+inline void __nanosleep(unsigned) {
+  ++emu::polling;
+  emu::yield();
+}
 
 // CUDA's lane arithmetic for `width` (a power of two): a lane reads within its own `width`-wide segment and gets
 // its own value where the source falls outside it.

@@ -1,0 +1,136 @@
+"""Persistent fusion: one CUDA kernel from several scheduled ones, run back to back with grid barriers between.
+
+At B = 1 a launch boundary costs 1.5-3 us besides a kernel's bytes (docs/design.md "The whole model"): the kernels'
+ramps and tails, which programmatic dependent launch did not hide. `fuse` keeps each kernel's schedule (hand or
+tuned) and changes only who runs it: a grid of `ctas` CTAs, all resident at once, in which CTA `p` runs CTAs
+`p, p + ctas, ...` of the first kernel, waits at a grid barrier until every CTA has, then does the same for the next
+kernel. The kernels must agree on their CTA shape (threadIdx extents), and their dynamic shared memory is not
+supported; the barrier needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
+
+The barriers count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas) and the CTAs' exits at
+`sync[1]`; the last CTA to exit sets both back to zero, so the next launch (a replayed graph) finds them there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.backend.cuda.op import cuda_func_call
+from tvm.ir import _ffi_api  # RegisterOp: the Python API registers attributes of existing ops only
+from tvm.tirx.op import register_intrin_lowering
+
+from gdn_tvm.registry import IN_PLACE_ATTR
+
+SYNC, EXIT = "gdn_tvm.grid_sync", "gdn_tvm.grid_exit"
+_HELPERS = {
+    "gdn_tvm_grid_sync": """
+__forceinline__ __device__ int gdn_tvm_grid_sync(int* sync, int target) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    __threadfence();
+    atomicAdd(sync, 1);
+    while (*(volatile int*)sync < target) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  return 0;
+}
+""",
+    "gdn_tvm_grid_exit": """
+__forceinline__ __device__ int gdn_tvm_grid_exit(int* sync, int ctas) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && atomicAdd(sync + 1, 1) == ctas - 1) {
+    sync[0] = 0;
+    sync[1] = 0;
+  }
+  return 0;
+}
+""",
+}
+_OPAQUE = 3  # CallEffectKind::kOpaque
+
+for _op, _helper in ((SYNC, "gdn_tvm_grid_sync"), (EXIT, "gdn_tvm_grid_exit")):
+    if _op not in tvm.ir.Op.list_op_names():  # once a process
+        _ffi_api.RegisterOp(_op, f"{_helper} (gdn_tvm.codegen.persistent)")
+        tvm.ir.register_op_attr(_op, "TCallEffectKind", _OPAQUE)
+        register_intrin_lowering(
+            _op,
+            "cuda",
+            f=lambda call, h=_helper: cuda_func_call(h, *call.args, source_code=_HELPERS[h], return_type="int32"),
+        )
+
+
+def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
+    """One PrimFunc running `funcs` (scheduled, a kernel each: a blockIdx.x loop) in order on `ctas` CTAs, with a
+    grid barrier between each and the next; its parameters are theirs in order, then `sync` (int32 [2], zero before a
+    launch and after it). Buffers one kernel writes and a later one reads are separate parameters bound to the same
+    tensor: the PrimFunc is compiled without no-alias assumptions."""
+    cta = tirx.Var("cta", "int32")
+    sync = tirx.decl_buffer((2,), "int32", name="sync")
+    params, allocs, parts, shape = [], [], [], None
+    for i, func in enumerate(funcs):
+        root = func.body.block
+        kernel = root.body
+        if not (isinstance(kernel, tirx.For) and _tag(kernel) == "blockIdx.x"):
+            raise ValueError(f"kernel {i}: expected one kernel whose outermost loop is bound to blockIdx.x")
+        threads = _thread_extents(kernel.body)
+        if shape is not None and threads != shape:
+            raise ValueError(f"kernel {i}: CTAs of {threads} threads, where the kernels before have {shape}")
+        shape = threads
+        n = int(kernel.extent)
+        step = tirx.Var(f"step{i}", "int32")
+        index = cta + step * ctas
+        # the kernel's CTA index stays a loop variable (a let would hide the reductions' thread loops from TVM's
+        # cross-thread reduction lowering): a loop of one trip starting at the step's CTA
+        body = tirx.For(kernel.loop_var, index, 1, tirx.ForKind.SERIAL, kernel.body)
+        # the CTA's share as a trip count, not a branch (TVM inserts no barrier under a condition); the kernel in a
+        # block of its own, which keeps a trip count that depends on the CTA out of its reductions' loop nests (where
+        # TVM would not lower them across threads)
+        steps = math.ceil(n / ctas) if n % ctas == 0 else tirx.floordiv(n - cta + ctas - 1, ctas)
+        block = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], f"kernel{i}", body))
+        parts.append(tirx.For(step, 0, steps, tirx.ForKind.SERIAL, block))
+        if i + 1 < len(funcs):
+            parts.append(tirx.Evaluate(tirx.call_intrin("int32", SYNC, tirx.address_of(sync[0]), ctas * (i + 1))))
+        params += list(func.params)
+        allocs += list(root.alloc_buffers)
+    parts.append(tirx.Evaluate(tirx.call_intrin("int32", EXIT, tirx.address_of(sync[0]), ctas)))
+    binding = tirx.IterVar(tvm.ir.Range(0, ctas), cta, tirx.IterVar.ThreadIndex, "blockIdx.x")
+    loop = tirx.For(cta, 0, ctas, tirx.ForKind.THREAD_BINDING, tirx.SeqStmt(parts), thread_binding=binding)
+    root = s_tir.SBlock([], [], [], "root", loop, alloc_buffers=allocs)
+    func = tirx.PrimFunc([*params, sync], s_tir.SBlockRealize([], True, root))
+    return func.with_attrs({"global_symbol": "main", "tirx.is_scheduled": True, IN_PLACE_ATTR: True})
+
+
+def _tag(loop: tirx.For) -> str:
+    return loop.thread_binding.thread_tag if loop.thread_binding is not None else ""
+
+
+def _thread_extents(stmt: tirx.Stmt) -> dict[str, int]:
+    """threadIdx tag -> extent of the loops bound to it under `stmt` (each tag's loops must agree)."""
+    extents: dict[str, int] = {}
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tirx.For) and _tag(node).startswith("threadIdx"):
+            tag, n = _tag(node), int(node.extent)
+            if extents.setdefault(tag, n) != n:
+                raise ValueError(f"loops bound to {tag} of {extents[tag]} and {n} threads")
+        stack += _children(node)
+    return extents
+
+
+def _children(node) -> list:
+    """The statements directly inside `node` (a scheduled kernel's loops, blocks, branches and sequences)."""
+    if isinstance(node, tirx.SeqStmt):
+        return list(node.seq)
+    if isinstance(node, s_tir.SBlockRealize):
+        return [node.block]
+    if isinstance(node, s_tir.SBlock):
+        return [node.body] + ([node.init] if node.init is not None else [])
+    if isinstance(node, tirx.IfThenElse):
+        return [node.then_case] + ([node.else_case] if node.else_case is not None else [])
+    body = getattr(node, "body", None)  # loops, lets, attributes
+    return [body] if isinstance(body, tirx.Stmt) else []
