@@ -32,15 +32,26 @@ def _kernel(blocks_waited_for: int):
     then adds the next block's part of y to its staged values, into z."""
 
     @T.prim_func
-    def main(x: T.Buffer((BLOCKS * THREADS,), "float32"), y: T.Buffer((BLOCKS * THREADS,), "float32"),
-             z: T.Buffer((BLOCKS * THREADS,), "float32"), arrived: T.Buffer((1,), "int32")):
+    def main(
+        x: T.Buffer((BLOCKS * THREADS,), "float32"),
+        y: T.Buffer((BLOCKS * THREADS,), "float32"),
+        z: T.Buffer((BLOCKS * THREADS,), "float32"),
+        arrived: T.Buffer((1,), "int32"),
+    ):
         for g in T.thread_binding(BLOCKS, thread="blockIdx.x"):
             for t in T.thread_binding(THREADS, thread="threadIdx.x"):
                 staged = T.alloc_buffer((THREADS,), "float32", scope="shared")
                 staged[t] = x[g * THREADS + t] * T.float32(2)
                 y[g * THREADS + t] = staged[t]
-                T.evaluate(cuda_func_call("grid_barrier", T.address_of(arrived[0]), blocks_waited_for,
-                                          source_code=BARRIER, return_type="int32"))
+                T.evaluate(
+                    cuda_func_call(
+                        "grid_barrier",
+                        T.address_of(arrived[0]),
+                        blocks_waited_for,
+                        source_code=BARRIER,
+                        return_type="int32",
+                    )
+                )
                 z[g * THREADS + t] = staged[t] + y[(g + 1) % BLOCKS * THREADS + t]
 
     return launcher(*lower(tvm.IRModule({"main": main})))

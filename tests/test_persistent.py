@@ -49,6 +49,9 @@ def test_the_mlp_as_one_persistent_kernel(ctas, rng):
 
 
 def test_kernels_of_different_cta_shapes_are_refused():
-    funcs = [GATE_UP.schedule(CFG, "cuda").mod["main"], DOWN.schedule(CFG, "cuda", rows=4, threads_per_row=64).mod["main"]]
+    funcs = [
+        GATE_UP.schedule(CFG, "cuda").mod["main"],
+        DOWN.schedule(CFG, "cuda", rows=4, threads_per_row=64).mod["main"],
+    ]
     with pytest.raises(ValueError, match="kernel 1: CTAs of"):
         fuse(funcs, 4)

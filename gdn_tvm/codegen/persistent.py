@@ -7,8 +7,9 @@ tuned) and changes only who runs it: a grid of `ctas` CTAs, all resident at once
 kernel. The kernels must agree on their CTA shape (threadIdx extents), and their dynamic shared memory is not
 supported; the barrier needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
 
-The barriers count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas) and the CTAs' exits at
-`sync[1]`; the last CTA to exit sets both back to zero, so the next launch (a replayed graph) finds them there.
+The barriers (`ops.common`'s `grid_sync`) count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas)
+and the CTAs' exits at `sync[1]` (`grid_exit`); the last CTA to exit sets both back to zero, so the next launch (a
+replayed graph) finds them there.
 """
 
 from __future__ import annotations
@@ -18,49 +19,9 @@ from collections.abc import Sequence
 
 import tvm
 from tvm import s_tir, tirx
-from tvm.backend.cuda.op import cuda_func_call
-from tvm.ir import _ffi_api  # RegisterOp: the Python API registers attributes of existing ops only
-from tvm.tirx.op import register_intrin_lowering
 
+from gdn_tvm.ops.common import GRID_EXIT, GRID_SYNC
 from gdn_tvm.registry import IN_PLACE_ATTR
-
-SYNC, EXIT = "gdn_tvm.grid_sync", "gdn_tvm.grid_exit"
-_HELPERS = {
-    "gdn_tvm_grid_sync": """
-__forceinline__ __device__ int gdn_tvm_grid_sync(int* sync, int target) {
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-    __threadfence();
-    atomicAdd(sync, 1);
-    while (*(volatile int*)sync < target) __nanosleep(32);
-    __threadfence();
-  }
-  __syncthreads();
-  return 0;
-}
-""",
-    "gdn_tvm_grid_exit": """
-__forceinline__ __device__ int gdn_tvm_grid_exit(int* sync, int ctas) {
-  __syncthreads();
-  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && atomicAdd(sync + 1, 1) == ctas - 1) {
-    sync[0] = 0;
-    sync[1] = 0;
-  }
-  return 0;
-}
-""",
-}
-_OPAQUE = 3  # CallEffectKind::kOpaque
-
-for _op, _helper in ((SYNC, "gdn_tvm_grid_sync"), (EXIT, "gdn_tvm_grid_exit")):
-    if _op not in tvm.ir.Op.list_op_names():  # once a process
-        _ffi_api.RegisterOp(_op, f"{_helper} (gdn_tvm.codegen.persistent)")
-        tvm.ir.register_op_attr(_op, "TCallEffectKind", _OPAQUE)
-        register_intrin_lowering(
-            _op,
-            "cuda",
-            f=lambda call, h=_helper: cuda_func_call(h, *call.args, source_code=_HELPERS[h], return_type="int32"),
-        )
 
 
 def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
@@ -93,10 +54,10 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
         block = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], f"kernel{i}", body))
         parts.append(tirx.For(step, 0, steps, tirx.ForKind.SERIAL, block))
         if i + 1 < len(funcs):
-            parts.append(tirx.Evaluate(tirx.call_intrin("int32", SYNC, tirx.address_of(sync[0]), ctas * (i + 1))))
+            parts.append(tirx.Evaluate(tirx.call_intrin("int32", GRID_SYNC, tirx.address_of(sync[0]), ctas * (i + 1))))
         params += list(func.params)
         allocs += list(root.alloc_buffers)
-    parts.append(tirx.Evaluate(tirx.call_intrin("int32", EXIT, tirx.address_of(sync[0]), ctas)))
+    parts.append(tirx.Evaluate(tirx.call_intrin("int32", GRID_EXIT, tirx.address_of(sync[0]), ctas)))
     binding = tirx.IterVar(tvm.ir.Range(0, ctas), cta, tirx.IterVar.ThreadIndex, "blockIdx.x")
     loop = tirx.For(cta, 0, ctas, tirx.ForKind.THREAD_BINDING, tirx.SeqStmt(parts), thread_binding=binding)
     root = s_tir.SBlock([], [], [], "root", loop, alloc_buffers=allocs)

@@ -12,13 +12,20 @@ from tvm.ir import _ffi_api  # RegisterOp: the Python API registers attributes o
 from tvm.script import tirx as T
 from tvm.tirx.op import register_intrin_lowering
 
+# TIR ops of the project's own, registered on import (every process that compiles imports this module through the
+# registry: builds, tuner workers, the stub-driver export), each lowered on CUDA to a helper function every thread of
+# a CTA calls.
+#
 # `arrive`: a CTA's ticket among those that share a counter, the CTA drawing the last one doing the work that needs all
-# of theirs (CUDA's threadFenceReduction pattern). Every thread of the CTA calls it: a barrier, then the first thread
-# makes the CTA's writes visible to the device (`__threadfence`, cumulative over what the barrier ordered) and draws
-# the ticket with `atomicAdd`; every thread then reads it and fences again, so that the CTA drawing the last ticket
-# sees the others' writes.
-ARRIVE = "gdn_tvm.arrive"
-_ARRIVE_CUDA = """
+# of theirs (CUDA's threadFenceReduction pattern): a barrier, then the first thread makes the CTA's writes visible to
+# the device (`__threadfence`, cumulative over what the barrier ordered) and draws the ticket with `atomicAdd`; every
+# thread then reads it and fences again, so that the CTA drawing the last ticket sees the others' writes.
+# `grid_sync` and `grid_exit` (codegen.persistent): a grid barrier (arrive, then the first thread spins until the
+# count reaches its target, backing off with `__nanosleep`) and the exit count whose last CTA zeroes both counters.
+ARRIVE, GRID_SYNC, GRID_EXIT = "gdn_tvm.arrive", "gdn_tvm.grid_sync", "gdn_tvm.grid_exit"
+_CUDA = {  # name -> (the helper's source, how many of the call's arguments it takes)
+    ARRIVE: (
+        """
 __forceinline__ __device__ int gdn_tvm_arrive(int* counter) {
   __shared__ int ticket;
   __syncthreads();
@@ -32,20 +39,57 @@ __forceinline__ __device__ int gdn_tvm_arrive(int* counter) {
   __syncthreads();
   return drawn;
 }
-"""
+""",
+        1,
+    ),
+    GRID_SYNC: (
+        """
+__forceinline__ __device__ int gdn_tvm_grid_sync(int* sync, int target) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    __threadfence();
+    atomicAdd(sync, 1);
+    while (*(volatile int*)sync < target) __nanosleep(32);
+    __threadfence();
+  }
+  __syncthreads();
+  return 0;
+}
+""",
+        2,
+    ),
+    GRID_EXIT: (
+        """
+__forceinline__ __device__ int gdn_tvm_grid_exit(int* sync, int ctas) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 && atomicAdd(sync + 1, 1) == ctas - 1) {
+    sync[0] = 0;
+    sync[1] = 0;
+  }
+  return 0;
+}
+""",
+        2,
+    ),
+}
 _OPAQUE = 3  # CallEffectKind::kOpaque: never hoisted, merged or dropped
 
-if ARRIVE not in tvm.ir.Op.list_op_names():  # once a process
-    _ffi_api.RegisterOp(ARRIVE, "a CTA's ticket at a shared arrival counter (gdn_tvm.ops.common.arrive)")
-    tvm.ir.register_op_attr(ARRIVE, "TCallEffectKind", _OPAQUE)
+for _name, (_source, _args) in _CUDA.items():
+    if _name in tvm.ir.Op.list_op_names():  # once a process
+        continue
+    _helper = _name.replace(".", "_")
+    _ffi_api.RegisterOp(_name, f"{_helper} (gdn_tvm.ops.common)")
+    tvm.ir.register_op_attr(_name, "TCallEffectKind", _OPAQUE)
     register_intrin_lowering(
-        ARRIVE,
+        _name,
         "cuda",
-        f=lambda call: cuda_func_call("gdn_tvm_arrive", call.args[0], source_code=_ARRIVE_CUDA, return_type="int32"),
+        f=lambda call, h=_helper, src=_source, n=_args: cuda_func_call(
+            h, *call.args[:n], source_code=src, return_type="int32"
+        ),
     )
-    # A CPU build runs the arriving CTAs one after another in index order (their loop serial), so the ticket a CTA
-    # draws is its index: no counter is touched.
-    register_intrin_lowering(ARRIVE, "llvm", f=lambda call: call.args[1])
+# A CPU build runs the arriving CTAs one after another in index order (their loop serial), so the ticket a CTA draws
+# is its index: no counter is touched. Grid barriers have no CPU lowering (persistent kernels are CUDA's).
+register_intrin_lowering(ARRIVE, "llvm", f=lambda call: call.args[1])
 
 
 def arrive(counter, serial):
