@@ -1,17 +1,19 @@
-"""Launch boundaries against grid barriers at B = 1: a stack of decoder-layer MLPs (gate|up with its RMSNorm prologue
-and SwiGLU epilogue, then down with the residual add) run three ways on the same schedules, L2-cold (each layer its
-own weights, as in a step):
+"""Launch boundaries against grid barriers at B = 1: a stack of GDN decoder layers, each its five kernels (the input
+projection with its RMSNorm and conv, the fused delta rule, out_proj with its gated norm and residual add, gate|up
+with its RMSNorm and SwiGLU, down with its residual add), run three ways on the same hand schedules, each layer its
+own weights and states (L2-cold, as in a step):
 
-  launches  2 L kernels, graph-replayed (what a step does today)
-  layer     L persistent kernels (`codegen.persistent.fuse`), a grid barrier inside each
-  stack     one persistent kernel, 2 L - 1 grid barriers
+  launches  5 L kernels, graph-replayed (what a step does today)
+  layer     L persistent kernels (`codegen.persistent.fuse`), 4 grid barriers inside each
+  stack     one persistent kernel, 5 L - 1 grid barriers
 
-Each way is checked against the launches' result (1e-5: the same schedules, compiled apart) and the launches against
-the ops' float64 references before anything is timed; the fused modules first run in a child process with a time
-limit, so a barrier that never completes is reported, not hung on.
+The layers are bound as a step binds them (`runtime.layers.Layer` over `plan.gdn(cfg, block=True)`, the MLP after
+it), and each fused way is checked against the launches (the stream and every state, 1e-5: the same schedules,
+compiled apart) before anything is timed; the fused modules first run in a child process with a time limit, so a
+barrier that never completes is reported, not hung on. The kernels' own numerics are the GPU tests'.
 
-python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (TVM compiler: writes DIR/<preset>/)
-python -m benchmarks.persistent --library DIR --out FILE.json                 (TVM runtime and a GPU)
+python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (writes DIR/<preset>/)
+python -m benchmarks.persistent --library DIR --out FILE.json                 (a GPU; the registry's signatures)
 """
 
 from __future__ import annotations
@@ -26,14 +28,23 @@ import numpy as np
 
 PRESETS = ("qwen3.5-0.8b", "qwen3.5-4b")
 LAYERS = 8
-GATE_UP, DOWN = "gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj_residual"
-# down's CTAs shaped as gate|up's B = 1 layout (8 warps of 32): the kernels a persistent kernel runs share one shape
-DOWN_KNOBS = {"rows": 8, "threads_per_row": 32}
-SMS = 132  # the H200's: every CTA of a persistent kernel resident at once, one an SM
+MLP = ("gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj_residual")
+# down's CTAs shaped as the other kernels' B = 1 layouts (8 warps of 32): the kernels a persistent kernel runs share
+# one shape
+KNOBS = {"gemv_down_proj_residual": {"rows": 8, "threads_per_row": 32}}
+CTAS = 132  # the H200's SMs: every CTA of a persistent kernel resident at once, one an SM
+POSITION = 2048
+
+
+def layer_ops(cfg) -> list[str]:
+    from gdn_tvm import plan
+
+    return [*plan.gdn(cfg, block=True).ops, *MLP]
 
 
 def build(out: Path, presets: list[str], layers: int) -> None:
-    """DIR/<preset>/{gate_up,down,layer,stack}.so and meta.json (the parameter order of each)."""
+    """DIR/<preset>/: `<op>.so` for each kernel of a layer, `layer.so` (one layer fused), `stack.so` (all `layers`
+    fused) and meta.json."""
     import tvm
 
     from gdn_tvm.codegen import cuda_stub
@@ -47,93 +58,86 @@ def build(out: Path, presets: list[str], layers: int) -> None:
         cfg = DecodeConfig(preset(name), batch=1)
         folder = out / name
         folder.mkdir(parents=True, exist_ok=True)
+        ops = layer_ops(cfg)
 
-        def pair(cfg=cfg):
-            """Fresh scheduled PrimFuncs of one layer's two kernels (a fused kernel's parameters are distinct)."""
-            return [
-                OPS[GATE_UP].schedule(cfg, "cuda").mod["main"],
-                OPS[DOWN].schedule(cfg, "cuda", **DOWN_KNOBS).mod["main"],
-            ]
+        def scheduled(cfg=cfg, ops=ops):
+            """Fresh scheduled PrimFuncs of one layer's kernels (a fused kernel's parameters must be distinct)."""
+            return [OPS[op].schedule(cfg, "cuda", **KNOBS.get(op, {})).mod["main"] for op in ops]
 
-        gate_up, down = pair()
-        modules = {"gate_up": gate_up, "down": down, "layer": fuse(pair(), SMS)}
-        modules["stack"] = fuse([f for _ in range(layers) for f in pair()], SMS)
+        modules = dict(zip(ops, scheduled(), strict=True))
+        modules["layer"] = fuse(scheduled(), CTAS)
+        modules["stack"] = fuse([f for _ in range(layers) for f in scheduled()], CTAS)
         for key, func in modules.items():
             mod, library = tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), folder / f"{key}.so"
             if tvm.runtime.enabled("cuda"):
                 export_library(mod, cuda(), library)
-            else:  # no GPU driver here: NVRTC through the stub, as `make build` does
+            else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
-        meta = {"layers": layers, "ctas": SMS, "down_knobs": DOWN_KNOBS, "preset": name}
+        meta = {"preset": name, "layers": layers, "ctas": CTAS, "ops": ops, "knobs": KNOBS}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
 
 
-def _values(cfg, op_name: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    from gdn_tvm.registry import OPS
-    from gdn_tvm.signature import sample, visible
-
-    return {a.name: sample(a, rng) for a in visible(OPS[op_name].signature(cfg))}
-
-
 class Stack:
-    """L layers' MLP weights on the GPU, the residual stream, the activation and the barrier counters; `args(key)` the
-    parameters of a module over them (gate_up / down: one layer's, layer / stack: per layer or all)."""
+    """`layers` GDN decoder layers on the GPU, bound as a step binds them, sharing the residual stream; `calls(way)`
+    the (function, arguments) of one pass over them `launches`, `layer` or `stack` (`modules`: op / way -> function)."""
 
-    def __init__(self, cfg, layers: int, rng: np.random.Generator):
+    def __init__(self, cfg, meta: dict, modules: dict, rng: np.random.Generator, dev=None):
         import tvm
 
+        from gdn_tvm import plan
         from gdn_tvm.registry import OPS
+        from gdn_tvm.runtime.kernel import Kernel
+        from gdn_tvm.runtime.layers import Layer
+        from gdn_tvm.runtime.weights import random_weights
         from gdn_tvm.signature import bind
 
-        self.cfg, self.layers = cfg, layers
-        dev = tvm.cuda(0)
-        up = _values(cfg, GATE_UP, rng)
-        self.host = {"x": up["x"], "norm": [], "gate_up": [], "down": []}
-        self.x = tvm.runtime.tensor(up["x"], dev)
-        self.act = tvm.runtime.empty(up["y"].shape, "float32", dev)
+        dev, m = dev or tvm.cuda(0), cfg.model
+        place = (dev.dlpack_device_type(), dev.index)
+        kernels = {op: Kernel(op, modules[op], OPS[op].signature(cfg), place) for op in meta["ops"]}
+
+        def tensor(shape, scale=1.0, dtype=cfg.weight_dtype):
+            return tvm.runtime.tensor((scale * rng.standard_normal(shape)).astype(np.float32).astype(dtype), dev)
+
+        self.x = tensor((1, m.hidden), dtype="float32")
+        step = {"slots": tvm.runtime.tensor(np.int32([0]), dev)}
+        step["positions"] = tvm.runtime.tensor(np.int32([POSITION]), dev)
+        act = tvm.runtime.empty((1, m.intermediate_size), "float32", dev)
         self.sync = tvm.runtime.tensor(np.zeros(2, np.int32), dev)
-        self.layer_args = []
-        for _ in range(layers):
-            u, d = _values(cfg, GATE_UP, rng), _values(cfg, DOWN, rng)
-            self.host["norm"].append(u["norm_weight"])
-            self.host["gate_up"].append(u["w"])
-            self.host["down"].append(d["w"])
-            gu = {
-                "w": tvm.runtime.tensor(u["w"], dev),
-                "x": self.x,
-                "norm_weight": tvm.runtime.tensor(u["norm_weight"], dev),
-                "y": self.act,
-            }
-            dn = {"w": tvm.runtime.tensor(d["w"], dev), "x": self.act, "residual": self.x}
-            self.layer_args.append((bind(OPS[GATE_UP].signature(cfg), gu), bind(OPS[DOWN].signature(cfg), dn)))
+        self.layers, self.watched = [], [self.x]
+        gate_up, down = (m.projections[p] for p in ("gate_up_proj", "down_proj"))
+        for _ in range(meta["layers"]):
+            inputs = {"x": self.x, "input_norm": tensor((m.hidden,), 0.1), **step}
+            mixer = Layer(plan.gdn(cfg, block=True), cfg, kernels, random_weights(m, "gdn", rng), inputs)
+            up = {"w": tensor(gate_up, gate_up[1] ** -0.5), "x": self.x, "norm_weight": tensor((m.hidden,), 0.1)}
+            up["y"] = act
+            dn = {"w": tensor(down, down[1] ** -0.5), "x": act, "residual": self.x}
+            mlp = [(kernels[op].func, bind(kernels[op].signature, v)) for op, v in zip(MLP, (up, dn), strict=True)]
+            self.layers.append([*mixer.launches, *mlp])
+            self.watched += mixer.states
+        self.modules = modules
 
-    def reset(self) -> None:
-        self.x.copyfrom(self.host["x"])
+    def calls(self, way: str) -> list:
+        if way == "launches":
+            return [call for layer in self.layers for call in layer]
+        if way == "layer":
+            return [
+                (self.modules["layer"], [*(a for _, args in layer for a in args), self.sync]) for layer in self.layers
+            ]
+        return [(self.modules["stack"], [*(a for layer in self.layers for _, args in layer for a in args), self.sync])]
 
-    def calls(self, modules: dict, key: str) -> list:
-        """(function, args) of one pass over the stack the `key` way."""
-        if key == "launches":
-            return [(modules[k], a) for up, dn in self.layer_args for k, a in (("gate_up", up), ("down", dn))]
-        if key == "layer":
-            return [(modules["layer"], [*up, *dn, self.sync]) for up, dn in self.layer_args]
-        return [(modules["stack"], [a for up, dn in self.layer_args for a in (*up, *dn)] + [self.sync])]
+    def snapshot(self) -> list[np.ndarray]:
+        return [t.numpy() for t in self.watched]
+
+    def restore(self, values: list[np.ndarray]) -> None:
+        for t, v in zip(self.watched, values, strict=True):
+            t.copyfrom(v)
 
 
-def reference(stack: Stack) -> np.ndarray:
-    """The stream after the stack, by the ops' float64 references layer by layer."""
-    from gdn_tvm.registry import OPS
-    from gdn_tvm.verify import reference_copy
+def _load(folder: Path, keys) -> dict:
+    import tvm
 
-    x = stack.host["x"].astype(np.float64)
-    for i in range(stack.layers):
-        up = reference_copy({"w": stack.host["gate_up"][i], "x": x, "norm_weight": stack.host["norm"][i]})
-        up["y"] = np.zeros((1, stack.cfg.model.intermediate_size))
-        OPS[GATE_UP].run_reference(stack.cfg, up)
-        dn = {"w": stack.host["down"][i].astype(np.float64), "x": up["y"], "residual": x.copy()}
-        OPS[DOWN].run_reference(stack.cfg, dn)
-        x = dn["residual"]
-    return x
+    return {k: tvm.runtime.load_module(str(folder / f"{k}.so"))["main"] for k in keys}
 
 
 def run(library: Path, out: Path, probe: str | None) -> int:
@@ -144,61 +148,52 @@ def run(library: Path, out: Path, probe: str | None) -> int:
     from gdn_tvm.runtime.graph import CudaGraph
     from gdn_tvm.verify import mismatch
 
-    folders = sorted(p for p in library.iterdir() if (p / "meta.json").exists())
-    if probe:  # child process: one pass the fused ways, then report the stream
+    if probe:  # the child process: one pass each fused way
         folder = library / probe
         meta = json.loads((folder / "meta.json").read_text())
-        stack = Stack(DecodeConfig(preset(meta["preset"]), batch=1), meta["layers"], np.random.default_rng(0))
-        modules = {k: tvm.runtime.load_module(str(folder / f"{k}.so"))["main"] for k in ("layer", "stack")}
-        for key in ("layer", "stack"):
-            for func, args in stack.calls(modules, key):
+        cfg = DecodeConfig(preset(meta["preset"]), batch=1)
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], "layer", "stack"]), np.random.default_rng(0))
+        for way in ("layer", "stack"):
+            for func, args in stack.calls(way):
                 func(*args)
             tvm.cuda(0).sync()
         print("probe ok")
         return 0
-    results = Results(str(out), "benchmarks.persistent", None, sms=SMS)
-    for folder in folders:
+    results = Results(str(out), "benchmarks.persistent", None, ctas=CTAS, position=POSITION)
+    for folder in sorted(p for p in library.iterdir() if (p / "meta.json").exists()):
         meta = json.loads((folder / "meta.json").read_text())
-        row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ctas": meta["ctas"]}
+        row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ctas": meta["ctas"], "ops": meta["ops"]}
+        cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", folder.name]
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", folder.name],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if done.returncode:
-                raise RuntimeError(f"probe failed: {done.stderr[-2000:]}")
+                raise RuntimeError(done.stderr[-2000:])
         except (RuntimeError, subprocess.TimeoutExpired) as err:
             row["error"] = f"fused modules: {err}"
             results.add(row)
             continue
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
-        stack = Stack(cfg, meta["layers"], np.random.default_rng(1))
-        modules = {
-            k: tvm.runtime.load_module(str(folder / f"{k}.so"))["main"] for k in ("gate_up", "down", "layer", "stack")
-        }
-        streams = {}
-        for key in ("launches", "layer", "stack"):
-            stack.reset()
-            for func, args in stack.calls(modules, key):
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], "layer", "stack"]), np.random.default_rng(1))
+        start = stack.snapshot()
+        ends = {}
+        for way in ("launches", "layer", "stack"):
+            stack.restore(start)
+            for func, args in stack.calls(way):
                 func(*args)
             tvm.cuda(0).sync()
-            streams[key] = stack.x.numpy()
-        row["launches_vs_reference"] = mismatch(streams["launches"], reference(stack), 1e-3)
-        for key in ("layer", "stack"):
-            row[f"{key}_vs_launches"] = mismatch(streams[key], streams["launches"], 1e-5)
-            row[f"{key}_sync_left"] = stack.sync.numpy().tolist()
-        for key in ("launches", "layer", "stack"):
-            calls = stack.calls(modules, key)
+            ends[way] = stack.snapshot()
+        for way in ("layer", "stack"):
+            worst = [mismatch(got, want, 1e-5) for got, want in zip(ends[way], ends["launches"], strict=True)]
+            row[f"{way}_vs_launches"] = next((w for w in worst if w), None)
+            row[f"{way}_sync_left"] = stack.sync.numpy().tolist()
+        for way in ("launches", "layer", "stack"):
+            calls = stack.calls(way)
             graph = CudaGraph(lambda calls=calls: [f(*a) for f, a in calls], len(calls))
             graph.replay()
             samples = sorted(graph.elapsed(20) / 20 for _ in range(9))
-            row[f"{key}_us"] = round(samples[len(samples) // 2] * 1e6, 2)
-            row[f"{key}_us_per_layer"] = round(row[f"{key}_us"] / meta["layers"], 2)
-        row["bytes_per_layer"] = int(sum(np.asarray(stack.host[k][0]).nbytes for k in ("gate_up", "down")))
-        row["floor_us_per_layer"] = round(row["bytes_per_layer"] / 4.3e12 * 1e6, 2)
-        boundaries = 2 * meta["layers"] - 1
+            row[f"{way}_us"] = round(samples[len(samples) // 2] * 1e6, 2)
+            row[f"{way}_us_per_layer"] = round(row[f"{way}_us"] / meta["layers"], 2)
+        boundaries = len(meta["ops"]) * meta["layers"] - 1
         row["saved_us_per_boundary"] = round((row["launches_us"] - row["stack_us"]) / boundaries, 3)
         print(json.dumps(row))
         results.add(row)
@@ -208,10 +203,10 @@ def run(library: Path, out: Path, probe: str | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", type=Path, help="compile the modules into this folder (TVM compiler)")
+    p.add_argument("--build", type=Path, help="compile the modules into this folder")
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--layers", type=int, default=LAYERS)
-    p.add_argument("--library", type=Path, help="run the modules of this folder (TVM runtime, a GPU)")
+    p.add_argument("--library", type=Path, help="check and time the modules of this folder on the GPU")
     p.add_argument("--out", type=Path, default=Path("persistent.json"))
     p.add_argument("--probe", help=argparse.SUPPRESS)  # the child process's folder
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
-"""Persistent fusion (`codegen.persistent.fuse`): a decoder layer's MLP at B = 1, gate|up (RMSNorm prologue, SwiGLU
-epilogue) then down (residual epilogue), as one emulated CUDA kernel on a few CTAs that each run several of each
-kernel's CTAs, with a grid barrier between: the same stream and activations as the two ops' references, and the
-barrier counters back at zero after each launch."""
+"""Persistent fusion (`codegen.persistent.fuse`), emulated: a decoder layer's MLP at B = 1, gate|up (RMSNorm prologue,
+SwiGLU epilogue) then down (residual epilogue), as one CUDA kernel on a few CTAs that each run several of each
+kernel's CTAs, with a grid barrier between, against the two ops' references; a whole GDN decoder layer (five kernels,
+states updated in place) fused against its launches run one after another; the barrier counters back at zero."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 import tvm
 from conftest import CASES
-from cuda_emu import launcher, lower
+from cuda_emu import emulated, launcher, lower
 
+from gdn_tvm import plan
 from gdn_tvm.codegen.persistent import fuse
 from gdn_tvm.registry import OPS
+from gdn_tvm.runtime.layers import Layer
+from gdn_tvm.runtime.weights import random_weights
 from gdn_tvm.signature import bind, sample, visible
 from gdn_tvm.verify import mismatch, reference_copy, tolerance
 
@@ -29,7 +32,7 @@ def _fused(ctas: int):
 
 @pytest.mark.parametrize("ctas", [5, 16])
 def test_the_mlp_as_one_persistent_kernel(ctas, rng):
-    """5 CTAs run 90 and 103 of the kernels' 448 and 512 CTAs (the last ones fewer); 16 run 28 and 32 each."""
+    """5 CTAs run up to 90 of gate|up's 448 CTAs and 26 of down's 128 (the last ones fewer); 16 run 28 and 8 each."""
     up_args, down_args = visible(GATE_UP.signature(CFG)), visible(DOWN.signature(CFG))
     up = {a.name: sample(a, rng) for a in up_args}
     down = {a.name: sample(a, rng) for a in down_args} | {"x": up["y"]}
@@ -55,3 +58,51 @@ def test_kernels_of_different_cta_shapes_are_refused():
     ]
     with pytest.raises(ValueError, match="kernel 1: CTAs of"):
         fuse(funcs, 4)
+
+
+def test_a_gdn_decoder_layer_as_one_persistent_kernel(rng):
+    """The five kernels of a GDN decoder layer at B = 1 (in_proj with its RMSNorm and conv epilogue, the fused delta
+    rule, out_proj with its gated norm and residual add, gate|up, down) bound as a step binds them, after a first step
+    has filled the conv and recurrent states: a second step as five launches and as one kernel on 7 CTAs (4
+    barriers) leaves the same stream and states, bit for bit (the same kernels, the emulator's one rounding)."""
+    cpu, m = tvm.cpu(), CFG.model
+    gdn = plan.gdn(CFG, block=True)
+    names = [*gdn.ops, GATE_UP.name, DOWN.name]
+    funcs = {n: OPS[n].schedule(CFG, "cuda", **(DOWN_KNOBS if n == DOWN.name else {})).mod["main"] for n in names}
+    kernels = {n: emulated(OPS[n], CFG, *lower(tvm.IRModule({"main": f}))) for n, f in funcs.items()}
+
+    def tensor(shape, scale=1.0):
+        return tvm.runtime.tensor((scale * rng.standard_normal(shape)).astype(np.float32), cpu)
+
+    x = tensor((1, m.hidden))
+    inputs = {"x": x, "input_norm": tensor((m.hidden,), 0.1), "slots": tvm.runtime.tensor(np.int32([0]), cpu)}
+    inputs["positions"] = tvm.runtime.tensor(np.int32([5]), cpu)
+    layer = Layer(gdn, CFG, kernels, random_weights(m, "gdn", rng), inputs)
+    act = tvm.runtime.empty((1, m.intermediate_size), "float32", cpu)
+    gate_up, down = (tensor(m.projections[p], 1 / np.sqrt(m.projections[p][1])) for p in ("gate_up_proj", "down_proj"))
+    mlp = [
+        (
+            kernels[GATE_UP.name].func,
+            bind(GATE_UP.signature(CFG), {"w": gate_up, "x": x, "norm_weight": tensor((m.hidden,), 0.1), "y": act}),
+        ),
+        (kernels[DOWN.name].func, bind(DOWN.signature(CFG), {"w": down, "x": act, "residual": x})),
+    ]
+    launches = [*layer.launches, *mlp]
+    watched = [x, *layer.states]
+
+    def step() -> list[np.ndarray]:
+        for func, args in launches:
+            func(*args)
+        return [t.numpy() for t in watched]
+
+    before = step()  # states no longer zero
+    expect = step()
+    for t, value in zip(watched, before, strict=True):
+        t.copyfrom(value)
+    sync = np.zeros(2, np.int32)
+    launcher(*lower(tvm.IRModule({"main": fuse([funcs[n] for n in names], 7)})))(
+        *(a for _, args in launches for a in args), sync
+    )
+    for name, got, want in zip(("x", "conv_state", "rec_state"), (t.numpy() for t in watched), expect, strict=True):
+        assert np.array_equal(got, want), f"{name}: {mismatch(got, want, 0)}"
+    assert not sync.any()

@@ -4,8 +4,8 @@ At B = 1 a launch boundary costs 1.5-3 us besides a kernel's bytes (docs/design.
 ramps and tails, which programmatic dependent launch did not hide. `fuse` keeps each kernel's schedule (hand or
 tuned) and changes only who runs it: a grid of `ctas` CTAs, all resident at once, in which CTA `p` runs CTAs
 `p, p + ctas, ...` of the first kernel, waits at a grid barrier until every CTA has, then does the same for the next
-kernel. The kernels must agree on their CTA shape (threadIdx extents), and their dynamic shared memory is not
-supported; the barrier needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
+kernel. The kernels must agree on their CTA shape (threadIdx extents) and use no dynamic shared memory; the barrier
+needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
 
 The barriers (`ops.common`'s `grid_sync`) count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas)
 and the CTAs' exits at `sync[1]` (`grid_exit`); the last CTA to exit sets both back to zero, so the next launch (a
@@ -37,6 +37,8 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
         kernel = root.body
         if not (isinstance(kernel, tirx.For) and _tag(kernel) == "blockIdx.x"):
             raise ValueError(f"kernel {i}: expected one kernel whose outermost loop is bound to blockIdx.x")
+        if any(b.scope() == "shared.dyn" for b in root.alloc_buffers):
+            raise ValueError(f"kernel {i}: dynamic shared memory (its size a launch parameter of its own)")
         threads = _thread_extents(kernel.body)
         if shape is not None and threads != shape:
             raise ValueError(f"kernel {i}: CTAs of {threads} threads, where the kernels before have {shape}")
@@ -44,12 +46,9 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
         n = int(kernel.extent)
         step = tirx.Var(f"step{i}", "int32")
         index = cta + step * ctas
-        # the kernel's CTA index stays a loop variable (a let would hide the reductions' thread loops from TVM's
-        # cross-thread reduction lowering): a loop of one trip starting at the step's CTA
-        body = tirx.For(kernel.loop_var, index, 1, tirx.ForKind.SERIAL, kernel.body)
-        # the CTA's share as a trip count, not a branch (TVM inserts no barrier under a condition); the kernel in a
-        # block of its own, which keeps a trip count that depends on the CTA out of its reductions' loop nests (where
-        # TVM would not lower them across threads)
+        body = tirx.SeqStmt([tirx.Bind(kernel.loop_var, index), kernel.body])  # its CTA index, now a step's
+        # the CTA's share as a trip count, not a branch (TVM inserts no barrier under a condition); each step a block
+        # of its own, which keeps that CTA-dependent trip count out of its reductions' loop nests
         steps = math.ceil(n / ctas) if n % ctas == 0 else tirx.floordiv(n - cta + ctas - 1, ctas)
         block = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], f"kernel{i}", body))
         parts.append(tirx.For(step, 0, steps, tirx.ForKind.SERIAL, block))
@@ -61,8 +60,17 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
     binding = tirx.IterVar(tvm.ir.Range(0, ctas), cta, tirx.IterVar.ThreadIndex, "blockIdx.x")
     loop = tirx.For(cta, 0, ctas, tirx.ForKind.THREAD_BINDING, tirx.SeqStmt(parts), thread_binding=binding)
     root = s_tir.SBlock([], [], [], "root", loop, alloc_buffers=allocs)
-    func = tirx.PrimFunc([*params, sync], s_tir.SBlockRealize([], True, root))
-    return func.with_attrs({"global_symbol": "main", "tirx.is_scheduled": True, IN_PLACE_ATTR: True})
+    fused = tirx.PrimFunc([*params, sync], s_tir.SBlockRealize([], True, root))
+    fused = fused.with_attrs({"global_symbol": "main", "tirx.is_scheduled": True, IN_PLACE_ATTR: True})
+    if _allreduces(fused) != sum(_allreduces(f) for f in funcs):
+        raise ValueError("a reduction across threads would not be lowered in the fused kernel (its sums would race)")
+    return fused
+
+
+def _allreduces(func: tirx.PrimFunc) -> int:
+    """The reductions across threads TVM lowers in `func` (a reduction it does not recognise stays a racing sum)."""
+    lowered = s_tir.transform.LowerCrossThreadReduction()(tvm.IRModule({"main": func}))
+    return lowered.script().count("tvm_thread_allreduce")
 
 
 def _tag(loop: tirx.For) -> str:

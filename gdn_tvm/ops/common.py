@@ -80,6 +80,7 @@ for _name, (_source, _args) in _CUDA.items():
     _helper = _name.replace(".", "_")
     _ffi_api.RegisterOp(_name, f"{_helper} (gdn_tvm.ops.common)")
     tvm.ir.register_op_attr(_name, "TCallEffectKind", _OPAQUE)
+    tvm.ir.register_op_attr(_name, "TScriptPrinterName", _name)
     register_intrin_lowering(
         _name,
         "cuda",
