@@ -12,8 +12,8 @@ it), and each fused way is checked against the launches (the stream and every st
 compiled apart) before anything is timed; the fused modules first run in a child process with a time limit, so a
 barrier that never completes is reported, not hung on. The kernels' own numerics are the GPU tests'.
 
-python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (writes DIR/<preset>/)
-python -m benchmarks.persistent --library DIR --out FILE.json                 (a GPU; the registry's signatures)
+python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (TVM compiler: writes DIR/<preset>/)
+python -m benchmarks.persistent --library DIR --out FILE.json                 (TVM runtime and a GPU)
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def layer_ops(cfg) -> list[str]:
 
 def build(out: Path, presets: list[str], layers: int) -> None:
     """DIR/<preset>/: `<op>.so` for each kernel of a layer, `layer.so` (one layer fused), `stack.so` (all `layers`
-    fused) and meta.json."""
+    fused) and meta.json (with the kernels' signatures, so the run needs no compiler)."""
     import tvm
 
     from gdn_tvm.codegen import cuda_stub
@@ -52,6 +52,7 @@ def build(out: Path, presets: list[str], layers: int) -> None:
     from gdn_tvm.codegen.persistent import fuse
     from gdn_tvm.config import DecodeConfig, preset
     from gdn_tvm.registry import OPS
+    from gdn_tvm.runtime.module import arg_to_json
     from gdn_tvm.target import cuda
 
     for name in presets:
@@ -74,6 +75,7 @@ def build(out: Path, presets: list[str], layers: int) -> None:
             else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
         meta = {"preset": name, "layers": layers, "ctas": CTAS, "ops": ops, "knobs": KNOBS}
+        meta["signatures"] = {op: [arg_to_json(a) for a in OPS[op].signature(cfg)] for op in ops}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
 
@@ -86,15 +88,16 @@ class Stack:
         import tvm
 
         from gdn_tvm import plan
-        from gdn_tvm.registry import OPS
         from gdn_tvm.runtime.kernel import Kernel
         from gdn_tvm.runtime.layers import Layer
+        from gdn_tvm.runtime.module import arg_from_json
         from gdn_tvm.runtime.weights import random_weights
         from gdn_tvm.signature import bind
 
         dev, m = dev or tvm.cuda(0), cfg.model
         place = (dev.dlpack_device_type(), dev.index)
-        kernels = {op: Kernel(op, modules[op], OPS[op].signature(cfg), place) for op in meta["ops"]}
+        signatures = {op: [arg_from_json(d) for d in args] for op, args in meta["signatures"].items()}
+        kernels = {op: Kernel(op, modules[op], signatures[op], place) for op in meta["ops"]}
 
         def tensor(shape, scale=1.0, dtype=cfg.weight_dtype):
             return tvm.runtime.tensor((scale * rng.standard_normal(shape)).astype(np.float32).astype(dtype), dev)
