@@ -20,7 +20,8 @@
 //
 // Grid-wide waits: a block whose threads all wait, one of them spinning on memory (`__nanosleep` in its loop), gives
 // its turn to the blocks not started yet, then to the other waiting ones in turn (its state, `__shared__` storage
-// included, saved meanwhile), so a grid barrier completes; a round of waits in which nothing is written is reported.
+// included, saved meanwhile), so a grid barrier completes; a round of waits with no atomic write and no block
+// finishing is reported as a deadlock (a wait on a plain store's flag would be too).
 //
 // Not modelled: concurrent blocks (no inter-block races), uninitialised shared memory (it holds the last block's
 // values), CUDA's rounding (`-ffp-contract=off`: no FMA contraction; libm `expf`; an exact `rsqrtf`; `mma` sums its
@@ -209,7 +210,7 @@ inline void wait(Barrier& b, unsigned line) {
     fail("threads meet at lines %u and %u (%s)", b.line, line,
          &b == &block_barrier ? "a __syncthreads in divergent code"
                                : "a warp's lanes at different shuffles or tensor-core instructions");
-  idle = 0;
+  idle = polling = 0;
   unsigned long round = b.round;
   if (++b.arrived == b.count) {
     b.arrived = 0;
@@ -255,7 +256,7 @@ inline void entry() {
   body(body_args);
   land_pending_copies();
   self->done = true;
-  idle = 0;
+  idle = polling = 0;
   if (--alive == 0) setcontext(&scheduler);
   yield();
 }

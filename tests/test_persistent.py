@@ -51,13 +51,13 @@ def test_the_mlp_as_one_persistent_kernel(ctas, rng):
     assert not sync.any()
 
 
-def test_kernels_of_different_cta_shapes_are_refused():
-    funcs = [
-        GATE_UP.schedule(CFG, "cuda").mod["main"],
-        DOWN.schedule(CFG, "cuda", rows=4, threads_per_row=64).mod["main"],
-    ]
+def test_what_one_kernel_cannot_hold_is_refused():
+    """Kernels of different CTA shapes, and one PrimFunc twice (its parameters would be bound twice)."""
+    up = GATE_UP.schedule(CFG, "cuda").mod["main"]
     with pytest.raises(ValueError, match="kernel 1: CTAs of"):
-        fuse(funcs, 4)
+        fuse([up, DOWN.schedule(CFG, "cuda", rows=4, threads_per_row=64).mod["main"]], 4)
+    with pytest.raises(ValueError, match="kernel 1: the PrimFunc of an earlier kernel"):
+        fuse([up, up], 4)
 
 
 def test_a_gdn_decoder_layer_as_one_persistent_kernel(rng):

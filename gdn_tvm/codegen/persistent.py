@@ -35,8 +35,10 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
     for i, func in enumerate(funcs):
         root = func.body.block
         kernel = root.body
-        if not (isinstance(kernel, tirx.For) and _tag(kernel) == "blockIdx.x"):
-            raise ValueError(f"kernel {i}: expected one kernel whose outermost loop is bound to blockIdx.x")
+        if not (isinstance(kernel, tirx.For) and _tag(kernel) == "blockIdx.x" and int(kernel.min) == 0):
+            raise ValueError(f"kernel {i}: expected one kernel whose outermost loop is bound to blockIdx.x from 0")
+        if any(p.same_as(q) for p in func.params for q in params):
+            raise ValueError(f"kernel {i}: the PrimFunc of an earlier kernel (schedule each kernel afresh)")
         if any(b.scope() == "shared.dyn" for b in root.alloc_buffers):
             raise ValueError(f"kernel {i}: dynamic shared memory (its size a launch parameter of its own)")
         threads = _thread_extents(kernel.body)
@@ -78,11 +80,14 @@ def _tag(loop: tirx.For) -> str:
 
 
 def _thread_extents(stmt: tirx.Stmt) -> dict[str, int]:
-    """threadIdx tag -> extent of the loops bound to it under `stmt` (each tag's loops must agree)."""
+    """threadIdx tag -> extent of the loops bound to it under `stmt` (each tag's loops must agree; no blockIdx loop:
+    a kernel's grid is one-dimensional)."""
     extents: dict[str, int] = {}
     stack = [stmt]
     while stack:
         node = stack.pop()
+        if isinstance(node, tirx.For) and _tag(node).startswith("blockIdx"):
+            raise ValueError(f"a second grid dimension ({_tag(node)}) inside the kernel")
         if isinstance(node, tirx.For) and _tag(node).startswith("threadIdx"):
             tag, n = _tag(node), int(node.extent)
             if extents.setdefault(tag, n) != n:

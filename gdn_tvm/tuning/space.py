@@ -88,11 +88,17 @@ def design_space(w: Workload, target: Target) -> Space:
     - the evolutionary search seeds its population from the best records, the measured hand designs among them,
       and runs the postprocessors on them: one that raises on a hand design (RewriteUnboundBlock on a block bound
       to blockIdx alone, as in the recurrent update) would abort the whole search, so it is dropped;
+    - an op whose CTAs meet at an arrival counter (a `counter` argument) is searched over its knob grid only;
     - where the default rules raise (e.g. `reverse_compute_at` over the recurrent update, or an index out of
       bounds inside the generator on the out_proj GEMV with its norm prologue), or make a trace that does not
       print (on the split-KV reduce, `SamplePerfectTile` yields one integer object twice and the printer rejects
       it as a variable produced twice), there is no search.
     """
+    if any(a.role == "counter" for a in w.op.signature(w.cfg)):
+        # its CTAs meet at a counter (`ops.common.arrive`): a rule binding the arriving loop to threads would put the
+        # helper's barrier in divergent code (a hang), a CPU one running it in parallel would take the last arrival
+        # early; its knob grid keeps the loop a grid (CUDA) or serial (CPU)
+        return Space(None, "knob grid only (its CTAs meet at an arrival counter)")
     ctx = ms.TuneContext(w.mod, target=target, space_generator="post-order-apply", task_name=w.op.name)
     postprocs, raising = [], []
     for postproc in ctx.space_generator.postprocs:
