@@ -31,7 +31,8 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
     tensor: the PrimFunc is compiled without no-alias assumptions."""
     cta = tirx.Var("cta", "int32")
     sync = tirx.decl_buffer((2,), "int32", name="sync")
-    params, allocs, parts, shape = [], [], [], None
+    params: list = []
+    allocs, parts, shape = [], [], None
     for i, func in enumerate(funcs):
         root = func.body.block
         kernel = root.body
