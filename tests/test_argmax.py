@@ -13,7 +13,7 @@ from cuda_emu import emulated, lower
 
 from gdn_tvm.codegen.compile import compile_op
 from gdn_tvm.registry import OPS
-from gdn_tvm.signature import ArgumentError, poisoned, visible
+from gdn_tvm.signature import ArgumentError, poisoned, sample, visible
 from gdn_tvm.target import llvm
 from gdn_tvm.tuning.space import knob_grid
 from gdn_tvm.verify import mismatch, reference_copy
@@ -36,8 +36,7 @@ def _kernel(target: str):
 
 def _argmax(target: str, logits: np.ndarray) -> np.ndarray:
     """The kernel's tokens for `logits` [B, V], after checking every output against the reference."""
-    args = visible(OP.signature(CFG))
-    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in args}
+    values = _unwritten()
     values["logits"] = logits.astype(np.float32)
     expect = reference_copy(values)
     OP.run_reference(CFG, expect)
@@ -49,8 +48,10 @@ def _argmax(target: str, logits: np.ndarray) -> np.ndarray:
     return values["tokens"]
 
 
-def zeros(arg) -> np.ndarray:
-    return np.zeros(arg.shape, arg.dtype)
+def _unwritten() -> dict[str, np.ndarray]:
+    """Every argument as a launch finds it before its inputs are filled: outputs poisoned, the counters at zero (the
+    value `signature.sample` gives them)."""
+    return {a.name: sample(a, None) if a.role == "counter" else poisoned(a) for a in visible(OP.signature(CFG))}
 
 
 def _rows(rng: np.random.Generator) -> np.ndarray:
@@ -119,7 +120,7 @@ def test_each_launch_leaves_the_counters_at_zero(target, rng):
     """Launches one after another on the same counters (a replayed graph's): each finds them at zero, draws every
     lane's tokens in the chunk that arrives last and leaves them at zero."""
     kernel, logits = _kernel(target), _rows(rng)
-    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in visible(OP.signature(CFG))}
+    values = _unwritten()
     for _ in range(3):
         logits = np.roll(logits, 101, axis=1)
         kernel(**{**values, "logits": logits})
@@ -130,7 +131,7 @@ def test_each_launch_leaves_the_counters_at_zero(target, rng):
 def test_a_counter_left_mid_launch_is_refused(rng):
     """A counter that is not zero (a launch cut short, or a buffer that is not one) is refused by name, the outputs
     left as they were: the chunks would never see their last arrival."""
-    values = {a.name: zeros(a) if a.role == "counter" else poisoned(a) for a in visible(OP.signature(CFG))}
+    values = _unwritten()
     values["logits"], values["arrivals"][1] = _rows(rng), 5
     with pytest.raises(ArgumentError, match=r"arrivals: arrival counters must be zero"):
         _kernel("llvm")(**values)
