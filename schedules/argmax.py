@@ -8,7 +8,8 @@ from tvm import s_tir
 from gdn_tvm.config import DecodeConfig
 
 # The knob grid a tuner samples: the CTA width. H200, V = 248,320, graph-replayed from L2 (two launches then, the
-# second a warp a lane): B=1 3.5 / 3.3 / 3.0 us, B=32 12.8 / 19.0 / 23.6 us (one CTA a lane before: 42.7 and 44.8).
+# second a warp a lane): B=1 3.5 / 3.3 / 3.0 us, B=32 12.8 / 19.0 / 23.6 us (one CTA a lane before: 42.7 and 44.8);
+# one launch (the last arrival merging), B=1: 3.56 us at 128, the wider ones slower.
 KNOBS = {"threads": (128, 256, 512)}
 
 

@@ -169,10 +169,8 @@ def model_only_ops(cfg: DecodeConfig) -> tuple[str, ...]:
 # The whole model's ops beyond the mixer step's with H200 records, by default (bf16) config; the model's other ops
 # build from their hand schedules (`make build ARGS="--ops model --allow-hand"`).
 _MODEL_B1 = {name: DecodeConfig(preset(name), batch=1) for name in ("qwen3.5-0.8b", "qwen3.5-4b")}
-# Ops whose PrimFunc changed since their record (`argmax`: one launch since a9c0191), to re-tune on a GPU.
-RETUNE = ("argmax",)
 COMMITTED_BF16_MODEL_RECORDS = {
-    f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, tuple(op for op in model_only_ops(cfg) if op not in RETUNE))
+    f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg))
     for name, cfg in _MODEL_B1.items()
 }
 
