@@ -7,6 +7,9 @@ own weights and states (L2-cold, as in a step):
   layer     L persistent kernels (`codegen.persistent.fuse`), 4 grid barriers inside each
   stack     one persistent kernel, 5 L - 1 grid barriers
 
+each fused way built for 1 to 4 CTAs an SM (`CTAS_PER_SM`: a kernel's bytes in flight grow with its resident warps;
+the fused kernels' 56 and 64 registers a thread at 0.8b and 4b, ptxas, leave room for 4 of 256 threads).
+
 The layers are bound as a step binds them (`runtime.layers.Layer` over `plan.gdn(cfg, block=True)`, the MLP after
 it), and each fused way is checked against the launches (the stream and every state, 1e-5: the same schedules,
 compiled apart; counters back at zero) before it is timed, a mismatch recorded beside its times. The fused modules
@@ -36,7 +39,8 @@ MLP = ("gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj_residual")
 # down's CTAs shaped as the other kernels' B = 1 layouts (8 warps of 32): the kernels a persistent kernel runs share
 # one shape
 KNOBS = {"gemv_down_proj_residual": {"rows": 8, "threads_per_row": 32}}
-CTAS = 132  # the H200's SMs: every CTA of a persistent kernel resident at once, one an SM
+SMS = 132  # the H200's
+CTAS_PER_SM = (1, 2, 3, 4)  # a persistent kernel's CTAs, all resident at once
 POSITION = 2048
 TOLERANCE = 1e-5  # fused against launches: the same schedules, compiled apart
 
@@ -49,8 +53,9 @@ def layer_ops(cfg) -> list[str]:
 
 
 def build(out: Path, presets: list[str], layers: int) -> None:
-    """DIR/<preset>/: `<op>.so` for each kernel of a layer, `layer.so` (one layer fused), `stack.so` (all `layers`
-    fused) and meta.json (with the kernels' signatures, so the run needs no compiler)."""
+    """DIR/<preset>/: `<op>.so` for each kernel of a layer, `layer-<ctas>.so` (one layer fused) and
+    `stack-<ctas>.so` (all `layers` fused) for each CTA count, and meta.json (with the kernels' signatures, so the
+    run needs no compiler)."""
     import tvm
 
     from gdn_tvm.codegen import cuda_stub
@@ -72,15 +77,16 @@ def build(out: Path, presets: list[str], layers: int) -> None:
             return [OPS[op].schedule(cfg, "cuda", **KNOBS.get(op, {})).mod["main"] for op in ops]
 
         modules = dict(zip(ops, scheduled(), strict=True))
-        modules["layer"] = fuse(scheduled(), CTAS)
-        modules["stack"] = fuse([f for _ in range(layers) for f in scheduled()], CTAS)
+        for ctas in (SMS * k for k in CTAS_PER_SM):
+            modules[f"layer-{ctas}"] = fuse(scheduled(), ctas)
+            modules[f"stack-{ctas}"] = fuse([f for _ in range(layers) for f in scheduled()], ctas)
         for key, func in modules.items():
             mod, library = tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), folder / f"{key}.so"
             if tvm.runtime.enabled("cuda"):
                 export_library(mod, cuda(), library)
             else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
-        meta = {"preset": name, "layers": layers, "ctas": CTAS, "ops": ops, "knobs": KNOBS}
+        meta = {"preset": name, "layers": layers, "ctas": [SMS * k for k in CTAS_PER_SM], "ops": ops, "knobs": KNOBS}
         meta["signatures"] = {op: [arg_to_json(a) for a in OPS[op].signature(cfg)] for op in ops}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
@@ -88,7 +94,8 @@ def build(out: Path, presets: list[str], layers: int) -> None:
 
 class Stack:
     """`layers` GDN decoder layers on the GPU, bound as a step binds them, sharing the residual stream; `calls(way)`
-    the (function, arguments) of one pass over them `launches`, `layer` or `stack` (`modules`: op / way -> function)."""
+    the (function, arguments) of one pass over them: `launches`, or `layer-<ctas>` or `stack-<ctas>` (`modules`:
+    op or fused way -> function)."""
 
     def __init__(self, cfg, meta: dict, modules: dict, rng: np.random.Generator, dev=None):
         import tvm
@@ -129,11 +136,10 @@ class Stack:
     def calls(self, way: str) -> list:
         if way == "launches":
             return [call for layer in self.layers for call in layer]
-        if way == "layer":
-            return [
-                (self.modules["layer"], [*(a for _, args in layer for a in args), self.sync]) for layer in self.layers
-            ]
-        return [(self.modules["stack"], [*(a for layer in self.layers for _, args in layer for a in args), self.sync])]
+        func = self.modules[way]
+        if way.startswith("layer"):
+            return [(func, [*(a for _, args in layer for a in args), self.sync]) for layer in self.layers]
+        return [(func, [*(a for layer in self.layers for _, args in layer for a in args), self.sync])]
 
     def snapshot(self) -> list[np.ndarray]:
         return [t.numpy() for t in self.watched]
@@ -157,71 +163,95 @@ def _load(folder: Path, keys) -> dict:
     return {k: tvm.runtime.load_module(str(folder / f"{k}.so"))["main"] for k in keys}
 
 
+def _time(stack: Stack, way: str) -> float:
+    """Median microseconds of one pass `way`, graph-replayed (9 samples of 20 replays)."""
+    from gdn_tvm.runtime.graph import CudaGraph
+
+    calls = stack.calls(way)
+    graph = CudaGraph(lambda: [f(*a) for f, a in calls], len(calls))
+    graph.replay()
+    samples = sorted(graph.elapsed(20) / 20 for _ in range(9))
+    return round(samples[len(samples) // 2] * 1e6, 2)
+
+
+def _probe(library: Path, folder: str, ctas: int) -> str | None:
+    """One pass of both ways fused on `ctas` CTAs in a child process with a time limit: None, or why it failed (a
+    barrier that never completes, as when not every CTA is resident, times out)."""
+    cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", f"{folder}:{ctas}"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "fused modules: no exit in 120 s"
+    return f"fused modules: {done.stderr[-2000:]}" if done.returncode else None
+
+
 def run(library: Path, out: Path, probe: str | None) -> int:
     import torch
     import tvm
 
     from benchmarks.record import Results
     from gdn_tvm.config import DecodeConfig, preset
-    from gdn_tvm.runtime.graph import CudaGraph
 
-    if probe:  # the child process: one pass each fused way
-        folder = library / probe
+    if probe:  # the child process: one pass each fused way on the given CTAs
+        name, ctas = probe.split(":")
+        folder = library / name
         meta = json.loads((folder / "meta.json").read_text())
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
-        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], "layer", "stack"]), np.random.default_rng(0))
-        for way in ("layer", "stack"):
+        ways = [f"layer-{ctas}", f"stack-{ctas}"]
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *ways]), np.random.default_rng(0))
+        for way in ways:
             for func, args in stack.calls(way):
                 func(*args)
             tvm.cuda(0).sync()
         print("probe ok")
         return 0
-    results = Results(str(out), "benchmarks.persistent", None, ctas=CTAS, position=POSITION)
+    results = Results(str(out), "benchmarks.persistent", None, position=POSITION)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     for folder in sorted(p for p in library.iterdir() if (p / "meta.json").exists()):
         meta = json.loads((folder / "meta.json").read_text())
-        row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ctas": meta["ctas"], "ops": meta["ops"]}
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        if sms < meta["ctas"]:  # fewer SMs than CTAs: not every CTA resident, a grid barrier would never complete
-            row["error"] = f"{meta['ctas']} CTAs built for, {sms} SMs here"
-            results.add(row)
-            continue
-        cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", folder.name]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            if done.returncode:
-                raise RuntimeError(done.stderr[-2000:])
-        except (RuntimeError, subprocess.TimeoutExpired) as err:
-            row["error"] = f"fused modules: {err}"
-            results.add(row)
-            continue
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
-        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], "layer", "stack"]), np.random.default_rng(1))
+        row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ops": meta["ops"], "fused": []}
+        fused = []
+        for ctas in meta["ctas"]:
+            entry: dict = {"ctas": ctas}
+            if -(-ctas // sms) > max(CTAS_PER_SM):  # more CTAs an SM than its registers allow: not all resident
+                entry["error"] = f"{ctas} CTAs on {sms} SMs: over {max(CTAS_PER_SM)} an SM"
+            elif error := _probe(library, folder.name, ctas):
+                entry["error"] = error
+            row["fused"].append(entry)
+            if "error" not in entry:
+                fused.append((ctas, entry))
+        ways = [f"{kind}-{ctas}" for ctas, _ in fused for kind in ("layer", "stack")]
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *ways]), np.random.default_rng(1))
         start = stack.snapshot()
-        ends, errors = {}, []
-        for way in ("launches", "layer", "stack"):
-            stack.restore(start)
-            for func, args in stack.calls(way):
-                func(*args)
-            tvm.cuda(0).sync()
-            ends[way] = stack.snapshot()
-            if way != "launches":
-                row[f"{way}_sync_left"] = stack.sync.numpy().tolist()
-        for way in ("layer", "stack"):
-            error = max(_error(got, want) for got, want in zip(ends[way], ends["launches"], strict=True))
-            row[f"{way}_vs_launches"] = error
-            if not error <= TOLERANCE or any(row[f"{way}_sync_left"]):  # NaN fails too
-                errors.append(f"{way}: relative error {error} against the launches, counters {row[f'{way}_sync_left']}")
-        if errors:  # recorded; timed all the same, as a wrong result's time is still what the kernels took
-            row["error"] = "; ".join(errors)
-        for way in ("launches", "layer", "stack"):
-            calls = stack.calls(way)
-            graph = CudaGraph(lambda calls=calls: [f(*a) for f, a in calls], len(calls))
-            graph.replay()
-            samples = sorted(graph.elapsed(20) / 20 for _ in range(9))
-            row[f"{way}_us"] = round(samples[len(samples) // 2] * 1e6, 2)
-            row[f"{way}_us_per_layer"] = round(row[f"{way}_us"] / meta["layers"], 2)
+        for func, args in stack.calls("launches"):
+            func(*args)
+        tvm.cuda(0).sync()
+        want = stack.snapshot()
+        row["launches_us"] = _time(stack, "launches")
+        row["launches_us_per_layer"] = round(row["launches_us"] / meta["layers"], 2)
         boundaries = len(meta["ops"]) * meta["layers"] - 1
-        row["saved_us_per_boundary"] = round((row["launches_us"] - row["stack_us"]) / boundaries, 3)
+        for ctas, entry in fused:
+            errors = []
+            for kind in ("layer", "stack"):
+                way = f"{kind}-{ctas}"
+                stack.restore(start)
+                for func, args in stack.calls(way):
+                    func(*args)
+                tvm.cuda(0).sync()
+                error = max(_error(got, w) for got, w in zip(stack.snapshot(), want, strict=True))
+                entry[f"{kind}_vs_launches"] = error
+                entry[f"{kind}_sync_left"] = stack.sync.numpy().tolist()
+                if not error <= TOLERANCE or any(entry[f"{kind}_sync_left"]):  # NaN fails too
+                    errors.append(
+                        f"{kind}: relative error {error} against the launches, counters {entry[f'{kind}_sync_left']}"
+                    )
+            if errors:  # recorded; timed all the same, as a wrong result's time is still what the kernels took
+                entry["error"] = "; ".join(errors)
+            for kind in ("layer", "stack"):
+                entry[f"{kind}_us"] = _time(stack, f"{kind}-{ctas}")
+                entry[f"{kind}_us_per_layer"] = round(entry[f"{kind}_us"] / meta["layers"], 2)
+            entry["saved_us_per_boundary"] = round((row["launches_us"] - entry["stack_us"]) / boundaries, 3)
         print(json.dumps(row))
         results.add(row)
     results.finish()
