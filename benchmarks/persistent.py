@@ -1,20 +1,24 @@
 """Launch boundaries against grid barriers at B = 1: a stack of GDN decoder layers, each its five kernels (the input
 projection with its RMSNorm and conv, the fused delta rule, out_proj with its gated norm and residual add, gate|up
-with its RMSNorm and SwiGLU, down with its residual add), run three ways on the same hand schedules, each layer its
+with its RMSNorm and SwiGLU, down with its residual add), run four ways on the same hand schedules, each layer its
 own weights and states (L2-cold, as in a step):
 
   launches  5 L kernels, graph-replayed (what a step does today)
+  solo      the same launches, each kernel `fuse`d alone on its own CTAs (no barrier: what fusion costs a kernel)
   layer     L persistent kernels (`codegen.persistent.fuse`), 4 grid barriers inside each
   stack     one persistent kernel, 5 L - 1 grid barriers
 
-each fused way built for 1 to 4 CTAs an SM (`CTAS_PER_SM`: a kernel's bytes in flight grow with its resident warps;
-the fused kernels' 56 and 64 registers a thread at 0.8b and 4b, ptxas, leave room for 4 of 256 threads).
+each fused way built for 2 and 3 CTAs an SM (`CTAS_PER_SM`: a kernel's bytes in flight grow with its resident warps;
+one an SM ran 1.7-2x slower than the launches, four no faster than three), each with and without the next kernel's
+weights asked of L2 before each barrier (`fuse(prefetch=...)`). How many CTAs of 256 threads an SM holds is the
+fused kernel's registers' to say (ptxas, sm_90, 0.8b: a layer 58 a thread, 4 an SM; the stack 74, 3; the stack with
+prefetches 110, 2): a grid with more never passes its first barrier, which the child process below reports.
 
 The layers are bound as a step binds them (`runtime.layers.Layer` over `plan.gdn(cfg, block=True)`, the MLP after
 it), and each fused way is checked against the launches (the stream and every state, 1e-5: the same schedules,
 compiled apart; counters back at zero) before it is timed, a mismatch recorded beside its times. The fused modules
 first run in a child process with a time limit, so a barrier that never completes is reported, not hung on; a GPU
-with fewer SMs than the CTAs they were built for is refused. The kernels' own numerics are the GPU tests'. A bias
+with fewer SMs than they were built for is refused. The kernels' own numerics are the GPU tests'. A bias
 against the fused kernels: a module with a state pool's write side compiles every store evict-first
 (`writes_state_pool` in codegen/compile.py), so in a fused module the activations one kernel leaves for the next are
 stored so too.
@@ -40,7 +44,7 @@ MLP = ("gemv_gate_up_proj_rmsnorm_swiglu", "gemv_down_proj_residual")
 # one shape
 KNOBS = {"gemv_down_proj_residual": {"rows": 8, "threads_per_row": 32}}
 SMS = 132  # the H200's
-CTAS_PER_SM = (1, 2, 3, 4)  # a persistent kernel's CTAs, all resident at once
+CTAS_PER_SM = (2, 3)  # a persistent kernel's CTAs, all resident at once
 POSITION = 2048
 TOLERANCE = 1e-5  # fused against launches: the same schedules, compiled apart
 
@@ -52,10 +56,10 @@ def layer_ops(cfg) -> list[str]:
     return [*(launch.op for launch in plan.gdn(cfg, block=True).launches), *MLP]
 
 
-def build(out: Path, presets: list[str], layers: int) -> None:
-    """DIR/<preset>/: `<op>.so` for each kernel of a layer, `layer-<ctas>.so` (one layer fused) and
-    `stack-<ctas>.so` (all `layers` fused) for each CTA count, and meta.json (with the kernels' signatures, so the
-    run needs no compiler)."""
+def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
+    """DIR/<preset>/: `<op>.so` and `solo-<op>.so` for each kernel of a layer, `layer-<variant>.so` (one layer
+    fused) and `stack-<variant>.so` (all `layers` fused) for each variant (`<ctas>` or `<ctas>-prefetch`), and
+    meta.json (with the kernels' signatures, so the run needs no compiler); `only`: the modules whose names start so."""
     import tvm
 
     from gdn_tvm.codegen import cuda_stub
@@ -77,16 +81,23 @@ def build(out: Path, presets: list[str], layers: int) -> None:
             return [OPS[op].schedule(cfg, "cuda", **KNOBS.get(op, {})).mod["main"] for op in ops]
 
         modules = dict(zip(ops, scheduled(), strict=True))
-        for ctas in (SMS * k for k in CTAS_PER_SM):
-            modules[f"layer-{ctas}"] = fuse(scheduled(), ctas)
-            modules[f"stack-{ctas}"] = fuse([f for _ in range(layers) for f in scheduled()], ctas)
-        for key, func in modules.items():
+        for op, f in zip(ops, scheduled(), strict=True):  # on its own CTAs: each runs one, as launched
+            modules[f"solo-{op}"] = fuse([f], int(f.body.block.body.extent))
+        weights = [[a.name for a in OPS[op].signature(cfg) if a.role == "weight"] for op in ops]
+        variants = [f"{SMS * k}{tail}" for k in CTAS_PER_SM for tail in ("", "-prefetch")]
+        for variant in variants:
+            ctas, prefetch = _ctas(variant), variant.endswith("-prefetch")
+            for kind, n in (("layer", 1), ("stack", layers)):
+                names = [[] if i == 0 or not prefetch else weights[i % len(ops)] for i in range(n * len(ops))]
+                funcs = [f for _ in range(n) for f in scheduled()]
+                modules[f"{kind}-{variant}"] = fuse(funcs, ctas, prefetch=names)
+        for key, func in ((k, f) for k, f in modules.items() if k.startswith(only)):
             mod, library = tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), folder / f"{key}.so"
             if tvm.runtime.enabled("cuda"):
                 export_library(mod, cuda(), library)
             else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
-        meta = {"preset": name, "layers": layers, "ctas": [SMS * k for k in CTAS_PER_SM], "ops": ops, "knobs": KNOBS}
+        meta = {"preset": name, "layers": layers, "variants": variants, "ops": ops, "knobs": KNOBS}
         meta["signatures"] = {op: [arg_to_json(a) for a in OPS[op].signature(cfg)] for op in ops}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
@@ -94,7 +105,7 @@ def build(out: Path, presets: list[str], layers: int) -> None:
 
 class Stack:
     """`layers` GDN decoder layers on the GPU, bound as a step binds them, sharing the residual stream; `calls(way)`
-    the (function, arguments) of one pass over them: `launches`, or `layer-<ctas>` or `stack-<ctas>` (`modules`:
+    the (function, arguments) of one pass over them: `launches`, `layer-<variant>` or `stack-<variant>` (`modules`:
     op or fused way -> function)."""
 
     def __init__(self, cfg, meta: dict, modules: dict, rng: np.random.Generator, dev=None):
@@ -131,11 +142,17 @@ class Stack:
             mlp = [(kernels[op].func, bind(kernels[op].signature, v)) for op, v in zip(MLP, (up, dn), strict=True)]
             self.layers.append([*mixer.launches, *mlp])
             self.watched += mixer.states
-        self.modules = modules
+        self.modules, self.ops = modules, meta["ops"]
 
     def calls(self, way: str) -> list:
         if way == "launches":
             return [call for layer in self.layers for call in layer]
+        if way == "solo":
+            return [
+                (self.modules[f"solo-{op}"], [*args, self.sync])
+                for layer in self.layers
+                for op, (_, args) in zip(self.ops, layer, strict=True)
+            ]
         func = self.modules[way]
         if way.startswith("layer"):
             return [(func, [*(a for _, args in layer for a in args), self.sync]) for layer in self.layers]
@@ -158,8 +175,12 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _load(folder: Path, keys) -> dict:
+    """key -> the `main` of `folder/<key>.so` (TVM's CUDA loader registered first where the runtime lacks it)."""
     import tvm
 
+    from gdn_tvm.runtime.module import load_cuda_runtime
+
+    load_cuda_runtime(folder)
     return {k: tvm.runtime.load_module(str(folder / f"{k}.so"))["main"] for k in keys}
 
 
@@ -174,15 +195,38 @@ def _time(stack: Stack, way: str) -> float:
     return round(samples[len(samples) // 2] * 1e6, 2)
 
 
-def _probe(library: Path, folder: str, ctas: int) -> str | None:
-    """One pass of both ways fused on `ctas` CTAs in a child process with a time limit: None, or why it failed (a
-    barrier that never completes, as when not every CTA is resident, times out)."""
-    cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", f"{folder}:{ctas}"]
+def _ctas(variant: str) -> int:
+    """The CTAs of a fused variant (`264`, `264-prefetch`)."""
+    return int(variant.split("-")[0])
+
+
+def _probe(library: Path, folder: str, variant: str) -> str | None:
+    """One pass of both ways of `variant` in a child process with a time limit: None, or why it failed (a barrier
+    that never completes, as when not every CTA is resident, times out)."""
+    cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", f"{folder}:{variant}"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return "fused modules: no exit in 120 s"
     return f"fused modules: {done.stderr[-2000:]}" if done.returncode else None
+
+
+def _check(stack: Stack, way: str, start: list, want: list, entry: dict) -> str | None:
+    """One pass `way` from the states `start` against the launches' (`want`), into `entry` (`<kind>_vs_launches`,
+    `<kind>_sync_left`): None, or what is wrong (1e-5, counters back at zero)."""
+    import tvm
+
+    kind = way.split("-")[0]
+    stack.restore(start)
+    for func, args in stack.calls(way):
+        func(*args)
+    tvm.cuda(0).sync()
+    error = max(_error(got, w) for got, w in zip(stack.snapshot(), want, strict=True))
+    left = stack.sync.numpy().tolist()
+    entry[f"{kind}_vs_launches"], entry[f"{kind}_sync_left"] = error, left
+    if not error <= TOLERANCE or any(left):  # NaN fails too
+        return f"{kind}: relative error {error} against the launches, counters {left}"
+    return None
 
 
 def run(library: Path, out: Path, probe: str | None) -> int:
@@ -193,11 +237,11 @@ def run(library: Path, out: Path, probe: str | None) -> int:
     from gdn_tvm.config import DecodeConfig, preset
 
     if probe:  # the child process: one pass each fused way on the given CTAs
-        name, ctas = probe.split(":")
+        name, variant = probe.split(":")
         folder = library / name
         meta = json.loads((folder / "meta.json").read_text())
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
-        ways = [f"layer-{ctas}", f"stack-{ctas}"]
+        ways = [f"layer-{variant}", f"stack-{variant}"]
         stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *ways]), np.random.default_rng(0))
         for way in ways:
             for func, args in stack.calls(way):
@@ -212,17 +256,19 @@ def run(library: Path, out: Path, probe: str | None) -> int:
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
         row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ops": meta["ops"], "fused": []}
         fused = []
-        for ctas in meta["ctas"]:
-            entry: dict = {"ctas": ctas}
-            if -(-ctas // sms) > max(CTAS_PER_SM):  # more CTAs an SM than its registers allow: not all resident
-                entry["error"] = f"{ctas} CTAs on {sms} SMs: over {max(CTAS_PER_SM)} an SM"
-            elif error := _probe(library, folder.name, ctas):
+        for variant in meta["variants"]:
+            ctas = _ctas(variant)
+            entry: dict = {"variant": variant, "ctas": ctas}
+            if sms < SMS:  # more CTAs an SM than built for
+                entry["error"] = f"built for {SMS} SMs, {sms} here"
+            elif error := _probe(library, folder.name, variant):
                 entry["error"] = error
             row["fused"].append(entry)
             if "error" not in entry:
-                fused.append((ctas, entry))
-        ways = [f"{kind}-{ctas}" for ctas, _ in fused for kind in ("layer", "stack")]
-        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *ways]), np.random.default_rng(1))
+                fused.append((variant, entry))
+        ways = [f"{kind}-{variant}" for variant, _ in fused for kind in ("layer", "stack")]
+        solo = [f"solo-{op}" for op in meta["ops"]]
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *solo, *ways]), np.random.default_rng(1))
         start = stack.snapshot()
         for func, args in stack.calls("launches"):
             func(*args)
@@ -230,26 +276,17 @@ def run(library: Path, out: Path, probe: str | None) -> int:
         want = stack.snapshot()
         row["launches_us"] = _time(stack, "launches")
         row["launches_us_per_layer"] = round(row["launches_us"] / meta["layers"], 2)
+        if error := _check(stack, "solo", start, want, row):
+            row["solo_error"] = error
+        row["solo_us"] = _time(stack, "solo")
+        row["solo_us_per_layer"] = round(row["solo_us"] / meta["layers"], 2)
         boundaries = len(meta["ops"]) * meta["layers"] - 1
-        for ctas, entry in fused:
-            errors = []
-            for kind in ("layer", "stack"):
-                way = f"{kind}-{ctas}"
-                stack.restore(start)
-                for func, args in stack.calls(way):
-                    func(*args)
-                tvm.cuda(0).sync()
-                error = max(_error(got, w) for got, w in zip(stack.snapshot(), want, strict=True))
-                entry[f"{kind}_vs_launches"] = error
-                entry[f"{kind}_sync_left"] = stack.sync.numpy().tolist()
-                if not error <= TOLERANCE or any(entry[f"{kind}_sync_left"]):  # NaN fails too
-                    errors.append(
-                        f"{kind}: relative error {error} against the launches, counters {entry[f'{kind}_sync_left']}"
-                    )
+        for variant, entry in fused:
+            errors = [e for kind in ("layer", "stack") if (e := _check(stack, f"{kind}-{variant}", start, want, entry))]
             if errors:  # recorded; timed all the same, as a wrong result's time is still what the kernels took
                 entry["error"] = "; ".join(errors)
             for kind in ("layer", "stack"):
-                entry[f"{kind}_us"] = _time(stack, f"{kind}-{ctas}")
+                entry[f"{kind}_us"] = _time(stack, f"{kind}-{variant}")
                 entry[f"{kind}_us_per_layer"] = round(entry[f"{kind}_us"] / meta["layers"], 2)
             entry["saved_us_per_boundary"] = round((row["launches_us"] - entry["stack_us"]) / boundaries, 3)
         print(json.dumps(row))
@@ -263,12 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--build", type=Path, help="compile the modules into this folder")
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--layers", type=int, default=LAYERS)
+    p.add_argument("--only", default="", help="with --build: only the modules whose names start so")
     p.add_argument("--library", type=Path, help="check and time the modules of this folder on the GPU")
     p.add_argument("--out", type=Path, default=Path("persistent.json"))
     p.add_argument("--probe", help=argparse.SUPPRESS)  # the child process's folder
     args = p.parse_args(argv)
     if args.build:
-        build(args.build, args.presets, args.layers)
+        build(args.build, args.presets, args.layers, args.only)
         return 0
     if args.library:
         return run(args.library, args.out, args.probe)

@@ -490,6 +490,9 @@ inline const char* shared_at(uint32_t addr, size_t bytes, const char* what) {
   return at;
 }
 
+// prefetch.global.L2 [p]: a hint to the cache, with no effect on any value.
+inline void prefetch_l2(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
+
 // cp.async.{ca,cg}.shared.global [dst], [src], bytes: a copy the thread starts now and that lands later. Its copies
 // since its last commit_group are its next group; wait_group n lands its groups but the newest n (in CUDA they may
 // land earlier; landing them as late as allowed makes a read that no wait orders after its copy see stale data). A

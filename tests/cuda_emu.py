@@ -8,8 +8,9 @@ launches unrolled). `launcher` compiles that source with `cuda_emu.h` (a CUDA sh
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
-models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups: `_rewrite_asm`); any other stops the build
-with `NotEmulated`. A kernel's dynamic shared memory becomes a `__shared__` array of the size its launch gives it.
+models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups, `prefetch.global.L2`: `_rewrite_asm`); any
+other stops the build with `NotEmulated`. A kernel's dynamic shared memory becomes a `__shared__` array of the size
+its launch gives it.
 """
 
 from __future__ import annotations
@@ -340,6 +341,8 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         return "emu::cp_async_commit_group();"
     if instruction == "cp.async.wait_group" and WAIT_GROUP.fullmatch(operands) and not (outputs or inputs):
         return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
+    if instruction == "prefetch.global.L2" and (operands, outputs, [c for c, _ in inputs]) == ("[%0];", [], ["l"]):
+        return f"emu::prefetch_l2({inputs[0][1]});"
     ldmatrix, cp_async = LDMATRIX.fullmatch(instruction), CP_ASYNC.fullmatch(instruction)
     if cp_async:  # [dst] (a shared-window offset), [src] (a global pointer), bytes (a constant)
         expect = "[%0],[%1],%2;", [], ["r", "l", "n"]
@@ -350,7 +353,8 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         expect = "{%0,%1,%2,%3},{%4,%5,%6,%7},{%8,%9},{%10,%11,%12,%13};", ["=f"] * 4, ["r"] * 6 + ["f"] * 4
     else:
         raise NotEmulated(
-            f"inline PTX {instruction!r} (the emulator models ldmatrix .m8n8 .b16, {MMA_BF16} and cp.async)"
+            f"inline PTX {instruction!r} (the emulator models ldmatrix .m8n8 .b16, {MMA_BF16}, cp.async and "
+            "prefetch.global.L2)"
         )
     got = operands, [c for c, _ in outputs], [c for c, _ in inputs]
     if got != expect:

@@ -1,7 +1,8 @@
 """Persistent fusion (`codegen.persistent.fuse`), emulated: a decoder layer's MLP at B = 1, gate|up (RMSNorm prologue,
 SwiGLU epilogue) then down (residual epilogue), as one CUDA kernel on a few CTAs that each run several of each
-kernel's CTAs, with a grid barrier between, against the two ops' references; a whole GDN decoder layer (five kernels,
-states updated in place) fused against its launches run one after another; the barrier counters back at zero."""
+kernel's CTAs, with a grid barrier between (and down's weight asked of L2 before it), against the two ops'
+references; a whole GDN decoder layer (five kernels, states updated in place) fused against its launches run one after
+another; the barrier counters back at zero."""
 
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ GATE_UP, DOWN = OPS["gemv_gate_up_proj_rmsnorm_swiglu"], OPS["gemv_down_proj_res
 DOWN_KNOBS = {"rows": 8, "threads_per_row": 32}
 
 
-def _fused(ctas: int):
+def _fused(ctas: int, prefetch: bool):
     funcs = [GATE_UP.schedule(CFG, "cuda").mod["main"], DOWN.schedule(CFG, "cuda", **DOWN_KNOBS).mod["main"]]
-    return launcher(*lower(tvm.IRModule({"main": fuse(funcs, ctas)})))
+    source, launches = lower(tvm.IRModule({"main": fuse(funcs, ctas, prefetch=[[], ["w"] if prefetch else []])}))
+    # a helper defined once and called once (in the emulator each thread's prefetches are hints, with no effect)
+    assert source.count("gdn_tvm_prefetch_l2(") == (2 if prefetch else 0)
+    return launcher(source, launches)
 
 
-@pytest.mark.parametrize("ctas", [5, 16])
-def test_the_mlp_as_one_persistent_kernel(ctas, rng):
-    """5 CTAs run up to 90 of gate|up's 448 CTAs and 26 of down's 128 (the last ones fewer); 16 run 28 and 8 each."""
+@pytest.mark.parametrize(("ctas", "prefetch"), [(5, False), (16, True)])
+def test_the_mlp_as_one_persistent_kernel(ctas, prefetch, rng):
+    """5 CTAs run up to 90 of gate|up's 448 CTAs and 26 of down's 128 (the last ones fewer); 16 run 28 and 8 each,
+    asking L2 for down's weight, a share each, before the barrier."""
     up_args, down_args = visible(GATE_UP.signature(CFG)), visible(DOWN.signature(CFG))
     up = {a.name: sample(a, rng) for a in up_args}
     down = {a.name: sample(a, rng) for a in down_args} | {"x": up["y"]}
@@ -41,7 +46,7 @@ def test_the_mlp_as_one_persistent_kernel(ctas, rng):
     expect_down = reference_copy(down) | {"x": expect_up["y"].astype(np.float32)}
     DOWN.run_reference(CFG, expect_down)
     sync = np.zeros(2, np.int32)
-    kernel = _fused(ctas)
+    kernel = _fused(ctas, prefetch)
     # the activation is gate|up's output and down's input: one array bound to both parameters
     kernel(*bind(GATE_UP.signature(CFG), up), *bind(DOWN.signature(CFG), down | {"x": up["y"]}), sync)
     tol = tolerance(a.dtype for a in up_args + down_args)
@@ -52,12 +57,18 @@ def test_the_mlp_as_one_persistent_kernel(ctas, rng):
 
 
 def test_what_one_kernel_cannot_hold_is_refused():
-    """Kernels of different CTA shapes, and one PrimFunc twice (its parameters would be bound twice)."""
+    """Kernels of different CTA shapes, one PrimFunc twice (its parameters would be bound twice), and prefetches
+    for the first kernel (no barrier ahead of it) or of a parameter the kernel lacks."""
     up = GATE_UP.schedule(CFG, "cuda").mod["main"]
     with pytest.raises(ValueError, match="kernel 1: CTAs of"):
         fuse([up, DOWN.schedule(CFG, "cuda", rows=4, threads_per_row=64).mod["main"]], 4)
     with pytest.raises(ValueError, match="kernel 1: the PrimFunc of an earlier kernel"):
         fuse([up, up], 4)
+    down = DOWN.schedule(CFG, "cuda", **DOWN_KNOBS).mod["main"]
+    with pytest.raises(ValueError, match="none for the first"):
+        fuse([up, down], 4, prefetch=[["w"], []])
+    with pytest.raises(ValueError, match="kernel 1 has no parameter weight"):
+        fuse([up, down], 4, prefetch=[[], ["weight"]])
 
 
 def test_a_gdn_decoder_layer_as_one_persistent_kernel(rng):

@@ -9,7 +9,8 @@ needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
 
 The barriers (`ops.common`'s `grid_sync`) count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas)
 and the CTAs' exits at `sync[1]` (`grid_exit`); the last CTA to exit sets both back to zero, so the next launch (a
-replayed graph) finds them there.
+replayed graph) finds them there. Before a barrier, each CTA may ask L2 for its share of tensors the next kernel
+reads (`prefetch`: its weights), so that the CTAs done first keep memory busy while the last ones finish.
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ from collections.abc import Sequence
 import tvm
 from tvm import s_tir, tirx
 
-from gdn_tvm.ops.common import GRID_EXIT, GRID_SYNC
+from gdn_tvm.ops.common import GRID_EXIT, GRID_SYNC, PREFETCH_L2
 from gdn_tvm.registry import IN_PLACE_ATTR
 
 
-def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
+def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int, prefetch: Sequence[Sequence[str]] | None = None) -> tirx.PrimFunc:
     """One PrimFunc running `funcs` (scheduled, a kernel each: a blockIdx.x loop) in order on `ctas` CTAs, with a
     grid barrier between each and the next; its parameters are theirs in order, then `sync` (int32 [2], zero before a
     launch and after it). Buffers one kernel writes and a later one reads are separate parameters bound to the same
-    tensor: the PrimFunc is compiled without no-alias assumptions."""
+    tensor: the PrimFunc is compiled without no-alias assumptions. `prefetch[i]`: names of kernel i's parameters
+    whose bytes the CTAs ask L2 for, a share each, before the barrier ahead of kernel i (kernel 0 has none)."""
+    prefetch = list(prefetch) if prefetch is not None else [[] for _ in funcs]
+    if len(prefetch) != len(funcs) or prefetch[0]:
+        raise ValueError(f"prefetch: a list of parameter names per kernel ({len(funcs)}), none for the first")
     cta = tirx.Var("cta", "int32")
     sync = tirx.decl_buffer((2,), "int32", name="sync")
     params: list = []
@@ -56,6 +61,7 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
         block = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], f"kernel{i}", body))
         parts.append(tirx.For(step, 0, steps, tirx.ForKind.SERIAL, block))
         if i + 1 < len(funcs):
+            parts += [_prefetch(p, ctas) for p in _params(funcs[i + 1], prefetch[i + 1], i + 1)]
             parts.append(tirx.Evaluate(tirx.call_intrin("int32", GRID_SYNC, tirx.address_of(sync[0]), ctas * (i + 1))))
         params += list(func.params)
         allocs += list(root.alloc_buffers)
@@ -68,6 +74,21 @@ def fuse(funcs: Sequence[tirx.PrimFunc], ctas: int) -> tirx.PrimFunc:
     if _allreduces(fused) != sum(_allreduces(f) for f in funcs):
         raise ValueError("a reduction across threads would not be lowered in the fused kernel (its sums would race)")
     return fused
+
+
+def _params(func: tirx.PrimFunc, names: Sequence[str], i: int) -> list:
+    """The parameters of kernel `i` (`func`) named `names`."""
+    by_name = {p.name: p for p in func.params}
+    if unknown := [n for n in names if n not in by_name]:
+        raise ValueError(f"prefetch: kernel {i} has no parameter {', '.join(unknown)}")
+    return [by_name[n] for n in names]
+
+
+def _prefetch(param, ctas: int) -> tirx.Stmt:
+    """The calling CTA's share of `param`'s bytes asked of L2 (`ops.common`'s `prefetch_l2`)."""
+    nbytes = math.prod(int(n) for n in param.shape) * tvm.DataType(param.dtype).bits // 8
+    first = tirx.address_of(param[(0,) * len(param.shape)])
+    return tirx.Evaluate(tirx.call_intrin("int32", PREFETCH_L2, first, tirx.const(nbytes, "int64"), ctas))
 
 
 def _allreduces(func: tirx.PrimFunc) -> int:

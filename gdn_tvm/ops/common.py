@@ -22,7 +22,11 @@ from tvm.tirx.op import register_intrin_lowering
 # thread then reads it and fences again, so that the CTA drawing the last ticket sees the others' writes.
 # `grid_sync` and `grid_exit` (codegen.persistent): a grid barrier (arrive, then the first thread spins until the
 # count reaches its target, backing off with `__nanosleep`) and the exit count whose last CTA zeroes both counters.
+# `prefetch_l2` (codegen.persistent): CTA `blockIdx.x` of `ctas` asks L2 for its share of a tensor's bytes
+# (`prefetch.global.L2`, a 128-byte line a thread, nothing waited for): what a persistent kernel's CTAs do with the
+# time a barrier leaves them idle.
 ARRIVE, GRID_SYNC, GRID_EXIT = "gdn_tvm.arrive", "gdn_tvm.grid_sync", "gdn_tvm.grid_exit"
+PREFETCH_L2 = "gdn_tvm.prefetch_l2"
 _CUDA = {  # name -> (the helper's source, how many of the call's arguments it takes)
     ARRIVE: (
         """
@@ -71,6 +75,20 @@ __forceinline__ __device__ int gdn_tvm_grid_exit(int* sync, int ctas) {
 """,
         2,
     ),
+    PREFETCH_L2: (
+        """
+__forceinline__ __device__ int gdn_tvm_prefetch_l2(const void* data, long long bytes, int ctas) {
+  long long slice = ((bytes + ctas - 1) / ctas + 127) / 128 * 128;
+  long long end = (blockIdx.x + 1LL) * slice < bytes ? (blockIdx.x + 1LL) * slice : bytes;
+  int threads = blockDim.x * blockDim.y * blockDim.z;
+  int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  for (long long at = blockIdx.x * slice + 128LL * t; at < end; at += 128LL * threads)
+    asm volatile("prefetch.global.L2 [%0];" : : "l"((const char*)data + at));
+  return 0;
+}
+""",
+        3,
+    ),
 }
 _OPAQUE = 3  # CallEffectKind::kOpaque: never hoisted, merged or dropped
 
@@ -89,7 +107,7 @@ for _name, (_source, _args) in _CUDA.items():
         ),
     )
 # A CPU build runs the arriving CTAs one after another in index order (their loop serial), so the ticket a CTA draws
-# is its index: no counter is touched. Grid barriers have no CPU lowering (persistent kernels are CUDA's).
+# is its index: no counter is touched. Grid barriers and prefetches have no CPU lowering: persistent kernels are CUDA's.
 register_intrin_lowering(ARRIVE, "llvm", f=lambda call: call.args[1])
 
 

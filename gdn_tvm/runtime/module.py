@@ -230,7 +230,7 @@ def check_library(file: Path, manifest: dict) -> Path:
     return library
 
 
-def _load_cuda_runtime(library: Path) -> None:
+def load_cuda_runtime(library: Path) -> None:
     """Register TVM's CUDA module loader where it is missing: runtime-only TVM (`TVM_USE_RUNTIME_LIB=1`) does not
     load `libtvm_runtime_cuda.so`, and without it a CUDA build fails to load ("a loader of that name is not
     registered")."""
@@ -249,7 +249,7 @@ def load(path: str | Path, cfg: DecodeConfig, target: str) -> dict[str, Kernel]:
     file, manifest = read_manifest(path, cfg, target)
     library = check_library(file, manifest)
     if target == "cuda":
-        _load_cuda_runtime(library)
+        load_cuda_runtime(library)
     lib = tvm.runtime.load_module(str(library))
     functions = manifest["functions"]
     lacking = [name for name, fn in functions.items() if "library" not in fn and not lib.implements_function(name)]
