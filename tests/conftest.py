@@ -170,8 +170,7 @@ def model_only_ops(cfg: DecodeConfig) -> tuple[str, ...]:
 # build from their hand schedules (`make build ARGS="--ops model --allow-hand"`).
 _MODEL_B1 = {name: DecodeConfig(preset(name), batch=1) for name in ("qwen3.5-0.8b", "qwen3.5-4b")}
 COMMITTED_BF16_MODEL_RECORDS = {
-    f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg))
-    for name, cfg in _MODEL_B1.items()
+    f"{name.removeprefix('qwen3.5-')}-B1-bf16": (cfg, model_only_ops(cfg)) for name, cfg in _MODEL_B1.items()
 }
 
 
