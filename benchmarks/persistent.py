@@ -9,21 +9,23 @@ own weights and states (L2-cold, as in a step):
   stack     one persistent kernel, 5 L - 1 grid barriers
 
 each fused way built for 2 and 3 CTAs an SM (`CTAS_PER_SM`: a kernel's bytes in flight grow with its resident warps;
-one an SM ran 1.7-2x slower than the launches, four no faster than three), each with and without the next kernel's
+one an SM ran 1.7-2x slower than the launches, four no better than three), each with and without the next kernel's
 weights asked of L2 before each barrier (`fuse(prefetch=...)`). How many CTAs of 256 threads an SM holds is the
-fused kernel's registers' to say (ptxas, sm_90, 0.8b: a layer 58 a thread, 4 an SM; the stack 74, 3; the stack with
-prefetches 110, 2): a grid with more never passes its first barrier, which the child process below reports.
+fused kernel's registers' to say (the built cubins, 0.8b: a layer 48 a thread, the stack 64, 4 an SM; the stack with
+prefetches on 396 CTAs 96, 2): a grid with more never passes its first barrier, which the child processes below
+report.
 
 The layers are bound as a step binds them (`runtime.layers.Layer` over `plan.gdn(cfg, block=True)`, the MLP after
 it), and each fused way is checked against the launches (the stream and every state, 1e-5: the same schedules,
-compiled apart; counters back at zero) before it is timed, a mismatch recorded beside its times. The fused modules
-first run in a child process with a time limit, so a barrier that never completes is reported, not hung on; a GPU
-with fewer SMs than they were built for is refused. The kernels' own numerics are the GPU tests'. A bias
+compiled apart; counters back at zero) before it is timed, a mismatch recorded beside its times. Each fused way
+first runs in a child process of its own with a time limit, so a barrier that never completes is reported, not hung
+on; a GPU with fewer SMs than they were built for is refused. The kernels' own numerics are the GPU tests'. A bias
 against the fused kernels: a module with a state pool's write side compiles every store evict-first
 (`writes_state_pool` in codegen/compile.py), so in a fused module the activations one kernel leaves for the next are
 stored so too.
 
 python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (TVM compiler: writes DIR/<preset>/)
+python -m benchmarks.persistent --build DIR --only PREFIX                     (rebuilds those modules of a built DIR)
 python -m benchmarks.persistent --library DIR --out FILE.json                 (TVM runtime and a GPU)
 """
 
@@ -47,6 +49,7 @@ SMS = 132  # the H200's
 CTAS_PER_SM = (2, 3)  # a persistent kernel's CTAs, all resident at once
 POSITION = 2048
 TOLERANCE = 1e-5  # fused against launches: the same schedules, compiled apart
+PROBE_S = 60  # a child process's limit: loading the modules takes seconds, a pass well under one
 
 
 def layer_ops(cfg) -> list[str]:
@@ -97,7 +100,7 @@ def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
                 export_library(mod, cuda(), library)
             else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
-        meta = {"preset": name, "layers": layers, "variants": variants, "ops": ops, "knobs": KNOBS}
+        meta = {"preset": name, "layers": layers, "sms": SMS, "variants": variants, "ops": ops, "knobs": KNOBS}
         meta["signatures"] = {op: [arg_to_json(a) for a in OPS[op].signature(cfg)] for op in ops}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
@@ -105,8 +108,8 @@ def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
 
 class Stack:
     """`layers` GDN decoder layers on the GPU, bound as a step binds them, sharing the residual stream; `calls(way)`
-    the (function, arguments) of one pass over them: `launches`, `layer-<variant>` or `stack-<variant>` (`modules`:
-    op or fused way -> function)."""
+    the (function, arguments) of one pass over them: `launches`, `solo` (each launch's kernel fused alone),
+    `layer-<variant>` or `stack-<variant>` (`modules`: op, `solo-<op>` or fused way -> function)."""
 
     def __init__(self, cfg, meta: dict, modules: dict, rng: np.random.Generator, dev=None):
         import tvm
@@ -200,15 +203,15 @@ def _ctas(variant: str) -> int:
     return int(variant.split("-")[0])
 
 
-def _probe(library: Path, folder: str, variant: str) -> str | None:
-    """One pass of both ways of `variant` in a child process with a time limit: None, or why it failed (a barrier
-    that never completes, as when not every CTA is resident, times out)."""
-    cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", f"{folder}:{variant}"]
+def _probe(library: Path, folder: str, way: str) -> str | None:
+    """One pass of fused `way` in a child process with a time limit: None, or why it failed (a barrier that never
+    completes, as when not every CTA is resident, times out)."""
+    cmd = [sys.executable, "-m", "benchmarks.persistent", "--library", str(library), "--probe", f"{folder}:{way}"]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_S)
     except subprocess.TimeoutExpired:
-        return "fused modules: no exit in 120 s"
-    return f"fused modules: {done.stderr[-2000:]}" if done.returncode else None
+        return f"{way}: no exit in {PROBE_S} s"
+    return f"{way}: {done.stderr[-2000:]}" if done.returncode else None
 
 
 def _check(stack: Stack, way: str, start: list, want: list, entry: dict) -> str | None:
@@ -236,17 +239,15 @@ def run(library: Path, out: Path, probe: str | None) -> int:
     from benchmarks.record import Results
     from gdn_tvm.config import DecodeConfig, preset
 
-    if probe:  # the child process: one pass each fused way on the given CTAs
-        name, variant = probe.split(":")
+    if probe:  # the child process: one pass of the given fused way
+        name, way = probe.split(":")
         folder = library / name
         meta = json.loads((folder / "meta.json").read_text())
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
-        ways = [f"layer-{variant}", f"stack-{variant}"]
-        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *ways]), np.random.default_rng(0))
-        for way in ways:
-            for func, args in stack.calls(way):
-                func(*args)
-            tvm.cuda(0).sync()
+        stack = Stack(cfg, meta, _load(folder, [*meta["ops"], way]), np.random.default_rng(0))
+        for func, args in stack.calls(way):
+            func(*args)
+        tvm.cuda(0).sync()
         print("probe ok")
         return 0
     results = Results(str(out), "benchmarks.persistent", None, position=POSITION)
@@ -255,18 +256,20 @@ def run(library: Path, out: Path, probe: str | None) -> int:
         meta = json.loads((folder / "meta.json").read_text())
         cfg = DecodeConfig(preset(meta["preset"]), batch=1)
         row: dict = {"preset": meta["preset"], "layers": meta["layers"], "ops": meta["ops"], "fused": []}
-        fused = []
+        if sms < meta["sms"]:  # fewer SMs than built for: each would need more CTAs than it may hold
+            row["error"] = f"built for {meta['sms']} SMs, {sms} here"
+            results.add(row)
+            continue
+        fused = []  # (way, its variant's entry)
         for variant in meta["variants"]:
-            ctas = _ctas(variant)
-            entry: dict = {"variant": variant, "ctas": ctas}
-            if sms < SMS:  # more CTAs an SM than built for
-                entry["error"] = f"built for {SMS} SMs, {sms} here"
-            elif error := _probe(library, folder.name, variant):
-                entry["error"] = error
+            entry: dict = {"variant": variant, "ctas": _ctas(variant)}
             row["fused"].append(entry)
-            if "error" not in entry:
-                fused.append((variant, entry))
-        ways = [f"{kind}-{variant}" for variant, _ in fused for kind in ("layer", "stack")]
+            for way in (f"{kind}-{variant}" for kind in ("layer", "stack")):
+                if error := _probe(library, folder.name, way):
+                    entry[f"{way.split('-')[0]}_error"] = error
+                else:
+                    fused.append((way, entry))
+        ways = [way for way, _ in fused]
         solo = [f"solo-{op}" for op in meta["ops"]]
         stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *solo, *ways]), np.random.default_rng(1))
         start = stack.snapshot()
@@ -281,14 +284,14 @@ def run(library: Path, out: Path, probe: str | None) -> int:
         row["solo_us"] = _time(stack, "solo")
         row["solo_us_per_layer"] = round(row["solo_us"] / meta["layers"], 2)
         boundaries = len(meta["ops"]) * meta["layers"] - 1
-        for variant, entry in fused:
-            errors = [e for kind in ("layer", "stack") if (e := _check(stack, f"{kind}-{variant}", start, want, entry))]
-            if errors:  # recorded; timed all the same, as a wrong result's time is still what the kernels took
-                entry["error"] = "; ".join(errors)
-            for kind in ("layer", "stack"):
-                entry[f"{kind}_us"] = _time(stack, f"{kind}-{variant}")
-                entry[f"{kind}_us_per_layer"] = round(entry[f"{kind}_us"] / meta["layers"], 2)
-            entry["saved_us_per_boundary"] = round((row["launches_us"] - entry["stack_us"]) / boundaries, 3)
+        for way, entry in fused:
+            kind = way.split("-")[0]
+            if error := _check(stack, way, start, want, entry):  # recorded; timed all the same, as a wrong
+                entry[f"{kind}_error"] = error  # result's time is still what the kernels took
+            entry[f"{kind}_us"] = _time(stack, way)
+            entry[f"{kind}_us_per_layer"] = round(entry[f"{kind}_us"] / meta["layers"], 2)
+            if kind == "stack":
+                entry["saved_us_per_boundary"] = round((row["launches_us"] - entry["stack_us"]) / boundaries, 3)
         print(json.dumps(row))
         results.add(row)
     results.finish()
@@ -300,10 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--build", type=Path, help="compile the modules into this folder")
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--layers", type=int, default=LAYERS)
-    p.add_argument("--only", default="", help="with --build: only the modules whose names start so")
+    p.add_argument("--only", default="", help="with --build: rebuild only the modules whose names start so")
     p.add_argument("--library", type=Path, help="check and time the modules of this folder on the GPU")
     p.add_argument("--out", type=Path, default=Path("persistent.json"))
-    p.add_argument("--probe", help=argparse.SUPPRESS)  # the child process's folder
+    p.add_argument("--probe", help=argparse.SUPPRESS)  # the child process's folder:way
     args = p.parse_args(argv)
     if args.build:
         build(args.build, args.presets, args.layers, args.only)
