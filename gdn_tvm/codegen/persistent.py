@@ -5,7 +5,8 @@ ramps and tails, which programmatic dependent launch did not hide. `fuse` keeps 
 tuned) and changes only who runs it: a grid of `ctas` CTAs, all resident at once, in which CTA `p` runs CTAs
 `p, p + ctas, ...` of the first kernel, waits at a grid barrier until every CTA has, then does the same for the next
 kernel. The kernels must agree on their CTA shape (threadIdx extents) and use no dynamic shared memory; the barrier
-needs every CTA resident, so `ctas` must not exceed what the GPU holds at once.
+needs every CTA resident, so `ctas` must not exceed what the GPU holds at once. On the H200 such kernels ran slower
+than their graph-replayed launches (docs/design.md "Persistent kernels", `benchmarks.persistent`).
 
 The barriers (`ops.common`'s `grid_sync`) count arrivals at `sync[0]` (barrier r of a launch waits for r * ctas)
 and the CTAs' exits at `sync[1]` (`grid_exit`); the last CTA to exit sets both back to zero, so the next launch (a

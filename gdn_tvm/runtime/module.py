@@ -233,7 +233,8 @@ def check_library(file: Path, manifest: dict) -> Path:
 def load_cuda_runtime(library: Path) -> None:
     """Register TVM's CUDA module loader where it is missing: runtime-only TVM (`TVM_USE_RUNTIME_LIB=1`) does not
     load `libtvm_runtime_cuda.so`, and without it a CUDA build fails to load ("a loader of that name is not
-    registered")."""
+    registered"). `library` (what is being loaded) only names the `ManifestError` raised when TVM's CUDA runtime
+    cannot be loaded."""
     if tvm.get_global_func(CUDA_LOADER, allow_missing=True) is not None:
         return
     cuda = Path(tvm.__file__).parent / "lib" / "libtvm_runtime_cuda.so"
