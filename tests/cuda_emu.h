@@ -490,8 +490,20 @@ inline const char* shared_at(uint32_t addr, size_t bytes, const char* what) {
   return at;
 }
 
-// prefetch.global.L2 [p]: a hint to the cache, with no effect on any value.
-inline void prefetch_l2(const void* p) { asm volatile("" : : "r"(p) : "memory"); }
+// prefetch.global.L2 [p]: a hint to the cache, with no effect on any value; the addresses asked for are kept for
+// `emu_prefetched` (tests/cuda_emu.py maps them onto the launch's arrays).
+inline std::vector<uintptr_t> prefetched;
+inline void prefetch_l2(const void* p) { prefetched.push_back(reinterpret_cast<uintptr_t>(p)); }
+// How many addresses were prefetched since the record was last taken; with `out`, they are copied there (up to `n`)
+// and the record cleared (C linkage: tests/cuda_emu.py calls it).
+EMU_EXPORT size_t emu_prefetched(uintptr_t* out, size_t n) {
+  size_t total = prefetched.size();
+  if (out) {
+    std::copy_n(prefetched.begin(), std::min(n, total), out);
+    prefetched.clear();
+  }
+  return total;
+}
 
 // cp.async.{ca,cg}.shared.global [dst], [src], bytes: a copy the thread starts now and that lands later. Its copies
 // since its last commit_group are its next group; wait_group n lands its groups but the newest n (in CUDA they may

@@ -177,6 +177,7 @@ def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
 
     def run(*values) -> None:
         guarded = Guarded(values)
+        _prefetched(lib)  # what an earlier call's failed launch left
         for launch in launches:
             cells = [
                 _cell(t, i.value if isinstance(i, Counter) else guarded.values[i])
@@ -188,9 +189,32 @@ def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
                 why = getattr(lib, f"emu_launch_{launch.kernel}")(argv, dims)
             if why:
                 raise RuntimeError(f"{launch.kernel}: {why.decode()}")
+        run.prefetches = _located(_prefetched(lib), guarded.values)  # type: ignore[attr-defined]
         guarded.write_back()
 
+    run.prefetches = []  # type: ignore[attr-defined]
     return run
+
+
+def _prefetched(lib: ctypes.CDLL) -> list[int]:
+    """The addresses the launches asked L2 for (`prefetch.global.L2`) since the last call, in order."""
+    lib.emu_prefetched.restype = ctypes.c_size_t
+    n = lib.emu_prefetched(None, ctypes.c_size_t(0))
+    out = (ctypes.c_uint64 * n)()
+    lib.emu_prefetched(out, ctypes.c_size_t(n))
+    return list(out)
+
+
+def _located(addresses: list[int], values: list) -> list[tuple[int | None, int]]:
+    """Each address as (the position among `values` of the array holding it, its byte offset there), or (None, the
+    address) where no array holds it."""
+    hosts = {i: v if isinstance(v, np.ndarray) else v.numpy() for i, v in enumerate(values) if _is_array(v)}
+    spans = [(i, address(values[i]), host.nbytes) for i, host in hosts.items()]
+    located: list[tuple[int | None, int]] = []
+    for at in addresses:
+        holder = next(((i, at - lo) for i, lo, n in spans if lo <= at < lo + n), None)
+        located.append(holder if holder else (None, at))
+    return located
 
 
 class Guarded:

@@ -34,10 +34,11 @@ def _fused(ctas: int, prefetch: bool):
     return launcher(source, launches)
 
 
-@pytest.mark.parametrize(("ctas", "prefetch"), [(5, False), (16, True)])
+@pytest.mark.parametrize(("ctas", "prefetch"), [(5, True), (16, False)])
 def test_the_mlp_as_one_persistent_kernel(ctas, prefetch, rng):
-    """5 CTAs run up to 90 of gate|up's 448 CTAs and 26 of down's 128 (the last ones fewer); 16 run 28 and 8 each,
-    asking L2 for down's weight, a share each, before the barrier."""
+    """5 CTAs run up to 90 of gate|up's 448 CTAs and 26 of down's 128 (the last ones fewer), asking L2 for down's
+    weight before the barrier, a share each (7,340,032 bytes: shares of 1,468,032, the last one shorter): every
+    128-byte line of it once, nothing else; 16 CTAs run 28 and 8 each."""
     up_args, down_args = visible(GATE_UP.signature(CFG)), visible(DOWN.signature(CFG))
     up = {a.name: sample(a, rng) for a in up_args}
     down = {a.name: sample(a, rng) for a in down_args} | {"x": up["y"]}
@@ -54,6 +55,9 @@ def test_the_mlp_as_one_persistent_kernel(ctas, prefetch, rng):
         why = mismatch(got, want, tol)
         assert why is None, f"{name}: {why}"
     assert not sync.any()
+    w = len(GATE_UP.signature(CFG))  # down's weight, the first of down's parameters
+    lines = range(0, down["w"].nbytes, 128) if prefetch else range(0)
+    assert sorted(kernel.prefetches) == [(w, at) for at in lines]
 
 
 def test_what_one_kernel_cannot_hold_is_refused():

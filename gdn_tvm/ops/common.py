@@ -23,8 +23,8 @@ from tvm.tirx.op import register_intrin_lowering
 # `grid_sync` and `grid_exit` (codegen.persistent): a grid barrier (arrive, then the first thread spins until the
 # count reaches its target, backing off with `__nanosleep`) and the exit count whose last CTA zeroes both counters.
 # `prefetch_l2` (codegen.persistent): CTA `blockIdx.x` of `ctas` asks L2 for its share of a tensor's bytes
-# (`prefetch.global.L2`, a 128-byte line a thread, nothing waited for): what a persistent kernel's CTAs do with the
-# time a barrier leaves them idle.
+# (`prefetch.global.L2`, 128-byte lines strided over the CTA's threads, nothing waited for): what a persistent
+# kernel's CTAs do with the time a barrier leaves them idle.
 ARRIVE, GRID_SYNC, GRID_EXIT = "gdn_tvm.arrive", "gdn_tvm.grid_sync", "gdn_tvm.grid_exit"
 PREFETCH_L2 = "gdn_tvm.prefetch_l2"
 _CUDA = {  # name -> (the helper's source, how many of the call's arguments it takes)
