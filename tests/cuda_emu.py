@@ -198,7 +198,6 @@ def launcher(source: str, launches: list[Launch]) -> Callable[..., None]:
 
 def _prefetched(lib: ctypes.CDLL) -> list[int]:
     """The addresses the launches asked L2 for (`prefetch.global.L2`) since the last call, in order."""
-    lib.emu_prefetched.restype = ctypes.c_size_t
     n = lib.emu_prefetched(None, ctypes.c_size_t(0))
     out = (ctypes.c_uint64 * n)()
     lib.emu_prefetched(out, ctypes.c_size_t(n))
@@ -317,6 +316,7 @@ def _library(source: str, kernels: dict[str, list[str]]) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     for name in kernels:
         getattr(lib, f"emu_launch_{name}").restype = ctypes.c_char_p
+    lib.emu_prefetched.restype = ctypes.c_size_t
     return lib
 
 
