@@ -189,13 +189,11 @@ def _load(folder: Path, keys) -> dict:
 
 def _time(stack: Stack, way: str) -> float:
     """Median microseconds of one pass `way`, graph-replayed (9 samples of 20 replays)."""
+    from benchmarks.timing import replayed_us
     from gdn_tvm.runtime.graph import CudaGraph
 
     calls = stack.calls(way)
-    graph = CudaGraph(lambda: [f(*a) for f, a in calls], len(calls))
-    graph.replay()
-    samples = sorted(graph.elapsed(20) / 20 for _ in range(9))
-    return round(samples[len(samples) // 2] * 1e6, 2)
+    return replayed_us(CudaGraph(lambda: [f(*a) for f, a in calls], len(calls)))
 
 
 def _ctas(variant: str) -> int:

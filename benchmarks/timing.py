@@ -40,6 +40,13 @@ def time_launch(func: Callable, args: list) -> float:
     return statistics.median(graph.elapsed(1) for _ in range(REPEATS)) * 1e6 / LAUNCHES
 
 
+def replayed_us(graph: CudaGraph, replays: int = 20, samples: int = 9) -> float:
+    """Median microseconds of one replay of `graph`, over `samples` runs of `replays` back-to-back replays."""
+    graph.replay()
+    times = sorted(graph.elapsed(replays) / replays for _ in range(samples))
+    return round(times[samples // 2] * 1e6, 2)
+
+
 def time_eager(fn: Callable[[int], None], sets: int) -> float:
     """Median microseconds per call of `fn(i % sets)` launched eagerly (Python and launch overhead included)."""
     for i in range(sets):

@@ -112,6 +112,11 @@ inline bool __hgt(nv_bfloat16 a, nv_bfloat16 b) { return float(a) > float(b); }
 inline bool __hlt(nv_bfloat16 a, nv_bfloat16 b) { return float(a) < float(b); }
 
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }

@@ -365,6 +365,8 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         return "emu::cp_async_commit_group();"
     if instruction == "cp.async.wait_group" and WAIT_GROUP.fullmatch(operands) and not (outputs or inputs):
         return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
+    if instruction == "cp.async.wait_group" and (operands, outputs, [c for c, _ in inputs]) == ("%0;", [], ["n"]):
+        return f"emu::cp_async_wait_group({inputs[0][1]});"  # a constant operand (a template's, in hand CUDA)
     if instruction == "prefetch.global.L2" and (operands, outputs, [c for c, _ in inputs]) == ("[%0];", [], ["l"]):
         return f"emu::prefetch_l2({inputs[0][1]});"
     ldmatrix, cp_async = LDMATRIX.fullmatch(instruction), CP_ASYNC.fullmatch(instruction)
