@@ -23,7 +23,8 @@ The first way (`launches-r4`) is checked against a float64 reference (each stage
 it, every output NaN-poisoned first; relative L-inf 1e-4), every other way against it bit for bit (the same rows,
 each summed by one warp in one order) with the barrier's counters back at zero. A persistent way the GPU cannot
 hold at once is recorded, not run; a pass that does not finish in `WATCHDOG_S` ends the run with the rows so far
-written.
+written. Times are medians of graph replays, rated against the H200's 4.3 TB/s and beside this GPU's own
+device-to-device copy (`copy_gbps`, timed first).
 
 python -m benchmarks.weight_stream --out FILE.json [--presets P ...] [--layers L]   (a CUDA GPU; no TVM compiler)
 """
@@ -43,6 +44,7 @@ import ml_dtypes
 import numpy as np
 
 from gdn_tvm.config import ModelConfig, preset
+from gdn_tvm.target import DEFAULT_GPU
 
 SOURCE = Path(__file__).with_name("weight_stream.cu")
 PRESETS = ("qwen3.5-0.8b", "qwen3.5-4b")
@@ -57,7 +59,8 @@ LAUNCH_LINES = (4, 8, 16)  # launches-r<R>
 LAUNCH_WARPS = 8
 PERSISTENT = [(c, w, d) for c in (1, 2) for w in (8, 16) for d in (8, 16, 24)]  # CTAs an SM, warps a CTA, depth
 TOLERANCE = 1e-4
-PEAK_BYTES_PER_US = 4.3e6  # the H200's measured copy bandwidth, 4.3 TB/s
+PEAK_BYTES_PER_US = DEFAULT_GPU.peak_gbps * 1e3  # the H200's measured copy bandwidth
+COPY_BYTES = 1 << 29  # a device-to-device copy timed beside the ways: this GPU's copy bandwidth
 WATCHDOG_S = 30.0
 
 
@@ -310,6 +313,22 @@ class Gpu:
         self.ok(self.cudart.cudaMemcpy(host.ctypes.data, ptr, host.nbytes, kind))
         return host
 
+    def copy_gbps(self, nbytes: int) -> float:
+        """GB/s of a graph-replayed device-to-device copy of `nbytes` (read and written: 2 `nbytes` moved)."""
+        from benchmarks.timing import replayed_us
+        from gdn_tvm.runtime.graph import CudaGraph
+
+        src, dst = self.alloc(nbytes), self.alloc(nbytes)
+        kind = self.cudart.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+        try:
+            graph = CudaGraph(
+                lambda: self.ok(self.cudart.cudaMemcpyAsync(dst, src, nbytes, kind, self.stream)), 1, stream=self.stream
+            )
+            return round(2 * nbytes / replayed_us(graph) / 1e3, 1)
+        finally:
+            self.free(src)
+            self.free(dst)
+
     def registers(self, depth: int) -> int:
         attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
         return int(self.ok(self.driver.cuFuncGetAttribute(attr, self.kernels[depth])))
@@ -363,6 +382,7 @@ def run(out: Path, presets: list[str], layers: int) -> int:
         layers=layers,
         seed=seed,
         peak_bytes_per_us=PEAK_BYTES_PER_US,
+        copy_gbps=gpu.copy_gbps(COPY_BYTES),
     )
     rng = np.random.default_rng(seed)
     for name in presets:
