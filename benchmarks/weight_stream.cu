@@ -7,11 +7,13 @@
 // `cp.async` copies into a ring of D lines of shared memory, D lines ahead of the one the warp computes: each lane
 // copies its own 16 bytes and reads only those, so no lane waits for another's copy.
 //
-// `first` to `last` are the stages of one launch. With more than one, the grid is persistent (all of it resident:
-// the caller checks the occupancy) and waits at a grid barrier before each later stage. `cross` says whether the
-// stream runs on past the end of the stage being computed: with it, a warp done with a stage has the next stage's
-// first D lines in flight while it waits at the barrier (the weights and states do not depend on the activations the
-// barrier waits for); without, the ring drains at every barrier and fills again after it, as separate kernels do.
+// `first` to `last` are the stages of one launch. With more than one, the grid is persistent (all of it resident: the
+// caller checks the occupancy) and waits at a grid barrier before each later stage. `cross` says whether the stream
+// runs on past the end of the stage being computed: with it, a warp done with a stage has the next stage's first D
+// lines in flight while it waits at the barrier (the weights and states do not depend on the activations the barrier
+// waits for); without, the ring drains at every barrier and fills again after it, as separate kernels do. A launch
+// first lets the next kernel start (programmatic dependent launch, where the host asked for it), copies its first D
+// lines, and only then waits for the kernel before it.
 
 #define LINE 512
 
@@ -112,11 +114,18 @@ __device__ __forceinline__ void run(const Stage* t, char* arena, int first, int 
   Cursor c = {first, gw, 0, 0, 0, 0};
   settle(c, t, last, gw);
   int in = 0, out = 0;  // the ring's slots of the next line copied and of the next computed
+  asm volatile("griddepcontrol.launch_dependents;");
+  for (int i = 0; i < D; ++i) fetch<D>(c, in, ring, t, arena, last, cross ? last : first + 1, gw, tw);
+  // Launched with programmatic stream serialization, the kernel got here while the one before it still ran: what
+  // that kernel wrote is visible from here on (otherwise a no-op).
+  asm volatile("griddepcontrol.wait;" : : : "memory");
   for (int s = first; s < last; ++s) {
-    if (s > first) grid_sync(sync, (s - first) * gridDim.x);
     const int allowed = cross ? last : s + 1;
-    if (s == first || !cross)
-      for (int i = 0; i < D; ++i) fetch<D>(c, in, ring, t, arena, last, allowed, gw, tw);
+    if (s > first) {
+      grid_sync(sync, (s - first) * gridDim.x);
+      if (!cross)
+        for (int i = 0; i < D; ++i) fetch<D>(c, in, ring, t, arena, last, allowed, gw, tw);
+    }
     const Stage st = t[s];
     const int rows = (int)st.rows, lines = (int)st.lines, dv = (int)st.dv, group = (int)st.group;
     const float* x = (const float*)(arena + st.x);

@@ -14,6 +14,8 @@ reading the one before's output (down its first I values, as many as SwiGLU's; t
 move no weights and are left out). Three ways:
 
   launches-r<R>        5 L launches, graph-replayed; each warp about R lines of its stage, all in flight at once
+  pdl-r<R>             the same launched with programmatic dependent launch: a kernel's CTAs start while the one
+                       before still runs, copy their first lines, then wait for it (the separate-kernel way to it)
   drain-<C>x<W>-d<D>   one persistent kernel, C CTAs an SM of W warps, a ring of D lines a warp, a grid barrier
                        between stages; the ring drains at every barrier and fills after it (what fusion does)
   stream-<C>x<W>-d<D>  the same, the ring running on past each stage: a warp waiting at a barrier has the next
@@ -24,7 +26,9 @@ it, every output NaN-poisoned first; relative L-inf 1e-4), every other way again
 each summed by one warp in one order) with the barrier's counters back at zero. A persistent way the GPU cannot
 hold at once is recorded, not run; a pass that does not finish in `WATCHDOG_S` ends the run with the rows so far
 written. Times are medians of graph replays, rated against the H200's 4.3 TB/s and beside this GPU's own
-device-to-device copy (`copy_gbps`, timed first).
+device-to-device copy (`copy_gbps`, timed first). The GEMVs keep their input's scale; the state updates about halve
+it (no norms), so values shrink through a pass and over replays, which float32 arithmetic runs at one speed whatever
+their size (the check is of the first pass, from fresh states).
 
 python -m benchmarks.weight_stream --out FILE.json [--presets P ...] [--layers L]   (a CUDA GPU; no TVM compiler)
 """
@@ -145,7 +149,7 @@ def decoder_layers(cfg: ModelConfig, layers: int) -> Layout:
 
 
 def filled(layout: Layout, rng: np.random.Generator) -> np.ndarray:
-    """The arena with random weights (bf16 of magnitude about 1/sqrt(cols)), states and input; outputs NaN."""
+    """The arena with random weights (bf16 +-1/sqrt(cols)), states and input; outputs NaN."""
     arena = np.full(layout.size, 0xFF, dtype=np.uint8)
     _floats(arena, layout.x0, layout.inputs)[:] = _uniform(rng, layout.inputs)
     for s in layout.stages:
@@ -195,12 +199,11 @@ def _uniform(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _bf16_bits(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """`rows x cols` random bf16 bit patterns (random sign and mantissa, one of two exponents) whose mean square is
-    about 1/cols, so that a GEMV keeps its input's scale; from random bytes, which numpy makes fast."""
-    raw = np.frombuffer(rng.bytes(2 * rows * cols), dtype=np.uint16)
-    low = 127 + round(-0.5 * math.log2(4.7 * cols))  # 4.7: the mean square of the mantissa over the two exponents
-    exponent = (low + ((raw >> 7) & 1)).astype(np.uint16) << 7
-    return (raw & 0x807F) | exponent
+    """`rows x cols` bf16 bit patterns of +-1/sqrt(cols) (random signs, from random bytes, which numpy makes fast): a
+    GEMV keeps the mean square of its input, so the values stay finite through the pass."""
+    magnitude = np.float32(cols**-0.5).view(np.uint32)
+    magnitude = np.uint16((magnitude + 0x7FFF + ((magnitude >> 16) & 1)) >> 16)  # to the nearest even bf16
+    return (np.frombuffer(rng.bytes(2 * rows * cols), dtype=np.uint16) & 0x8000) | magnitude
 
 
 def _error(got: np.ndarray, want: np.ndarray) -> float:
@@ -213,7 +216,7 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 @dataclass(frozen=True)
 class Way:
     """How a pass runs: `ctas` (an SM) of `warps` warps and ring `depth` for a persistent way (`cross`: the stream
-    runs on past each stage), or launches of about `lines` lines a warp."""
+    runs on past each stage), or launches of about `lines` lines a warp (`pdl`: programmatic dependent launches)."""
 
     name: str
     depth: int
@@ -221,6 +224,7 @@ class Way:
     ctas: int = 0
     cross: int = 0
     lines: int = 0
+    pdl: bool = False
 
     @property
     def shared(self) -> int:
@@ -228,13 +232,15 @@ class Way:
 
 
 def ways() -> list[Way]:
-    launches = [Way(f"launches-r{r}", r, LAUNCH_WARPS, lines=r) for r in LAUNCH_LINES]
+    separate = [
+        Way(f"{k}-r{r}", r, LAUNCH_WARPS, lines=r, pdl=k == "pdl") for k in ("launches", "pdl") for r in LAUNCH_LINES
+    ]
     persistent = [
         Way(f"{kind}-{c}x{w}-d{d}", d, w, ctas=c, cross=int(kind == "stream"))
         for kind in ("drain", "stream")
         for c, w, d in PERSISTENT
     ]
-    return launches + persistent
+    return separate + persistent
 
 
 def launches(layout: Layout, way: Way, sms: int) -> list[tuple[int, int, int, int]]:
@@ -342,15 +348,19 @@ class Gpu:
 
     def run(self, layout: Layout, way: Way) -> None:
         """Queue one pass `way` on the stream."""
-        stream = self.driver.CUstream(int(self.stream))
+        d = self.driver
         types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
         for grid, first, last, threads in launches(layout, way, self.sms):
+            config = d.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+            config.sharedMemBytes, config.hStream = way.shared, d.CUstream(int(self.stream))
+            config.attrs, config.numAttrs = ([attr], 1) if way.pdl else ([], 0)
             args = ((self.table, self.arena, first, last, way.cross, self.sync), types)
-            self.ok(
-                self.driver.cuLaunchKernel(
-                    self.kernels[way.depth], grid, 1, 1, threads, 1, 1, way.shared, stream, args, 0
-                )
-            )
+            self.ok(d.cuLaunchKernelEx(config, self.kernels[way.depth], args, 0))
 
     def finish(self, seconds: float) -> bool:
         """Whether the stream's work finished within `seconds` (polled)."""

@@ -8,9 +8,9 @@ launches unrolled). `launcher` compiles that source with `cuda_emu.h` (a CUDA sh
 block threads are fibers: see there) into a shared library, cached by content, and calls its kernels through a
 trampoline per kernel; `emulated` wraps that as a host `Kernel`, so `gdn_tvm.verify.check_kernel` runs it like any
 other build: in place on host arrays, alias args bound to their state. Inline PTX becomes calls of the shim where it
-models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups, `prefetch.global.L2`: `_rewrite_asm`); any
-other stops the build with `NotEmulated`. A kernel's dynamic shared memory becomes a `__shared__` array of the size
-its launch gives it.
+models the instruction (`ldmatrix`, bf16 `mma`, `cp.async` and its groups, `prefetch.global.L2`; `griddepcontrol`,
+nothing to do where launches run one after another: `_rewrite_asm`); any other stops the build with `NotEmulated`. A
+kernel's dynamic shared memory becomes a `__shared__` array of the size its launch gives it.
 """
 
 from __future__ import annotations
@@ -367,6 +367,9 @@ def _shim_call(instruction: str, operands: str, outputs: list[tuple[str, str]], 
         return f"emu::cp_async_wait_group({WAIT_GROUP.fullmatch(operands)[1]});"
     if instruction == "cp.async.wait_group" and (operands, outputs, [c for c, _ in inputs]) == ("%0;", [], ["n"]):
         return f"emu::cp_async_wait_group({inputs[0][1]});"  # a constant operand (a template's, in hand CUDA)
+    griddep = instruction in ("griddepcontrol.wait", "griddepcontrol.launch_dependents")
+    if griddep and (operands, outputs, inputs) == (";", [], []):  # launches run one after another here
+        return ";"
     if instruction == "prefetch.global.L2" and (operands, outputs, [c for c, _ in inputs]) == ("[%0];", [], ["l"]):
         return f"emu::prefetch_l2({inputs[0][1]});"
     ldmatrix, cp_async = LDMATRIX.fullmatch(instruction), CP_ASYNC.fullmatch(instruction)

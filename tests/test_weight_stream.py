@@ -47,6 +47,7 @@ def _emulate(layout: ws.Layout, way: ws.Way, arena: np.ndarray) -> list[int]:
 
 WAYS = [
     ws.Way("launches-r4", 4, 4, lines=4),
+    ws.Way("pdl-r8", 8, 4, lines=8, pdl=True),  # emulated launches run one after another: as launches-r8
     ws.Way("drain-2x4-d8", 8, 4, ctas=2),
     ws.Way("stream-2x4-d8", 8, 4, ctas=2, cross=1),
     ws.Way("stream-1x2-d24", 24, 2, ctas=1, cross=1),  # a ring longer than a warp's share of most stages
@@ -102,7 +103,7 @@ def test_preset_layers_move_the_layers_bytes():
 
 def test_ways_cover_each_kind_and_a_launch_grid_covers_every_row():
     names = [w.name for w in ws.ways()]
-    assert names[0] == "launches-r4" and "drain-1x8-d16" in names and "stream-2x8-d8" in names
+    assert names[0] == "launches-r4" and {"pdl-r16", "drain-1x8-d16", "stream-2x8-d8"} <= set(names)
     layout = ws.decoder_layers(preset("qwen3.5-4b"), 1)
     for grid, first, _, threads in ws.launches(layout, ws.ways()[0], 132):
         s = layout.stages[first]
