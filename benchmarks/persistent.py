@@ -26,6 +26,7 @@ stored so too.
 
 python -m benchmarks.persistent --build DIR [--presets P ...] [--layers L]   (TVM compiler: writes DIR/<preset>/)
 python -m benchmarks.persistent --build DIR --only PREFIX                     (rebuilds those modules of a built DIR)
+python -m benchmarks.persistent --build DIR --launches-only                   (the kernels alone: the launches only)
 python -m benchmarks.persistent --library DIR --out FILE.json                 (TVM runtime and a GPU)
 """
 
@@ -59,10 +60,11 @@ def layer_ops(cfg) -> list[str]:
     return [*(launch.op for launch in plan.gdn(cfg, block=True).launches), *MLP]
 
 
-def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
+def build(out: Path, presets: list[str], layers: int, only: str = "", fused: bool = True) -> None:
     """DIR/<preset>/: `<op>.so` and `solo-<op>.so` for each kernel of a layer, `layer-<variant>.so` (one layer
     fused) and `stack-<variant>.so` (all `layers` fused) for each variant (`<ctas>` or `<ctas>-prefetch`), and
-    meta.json (with the kernels' signatures, so the run needs no compiler); `only`: the modules whose names start so."""
+    meta.json (with the kernels' signatures, so the run needs no compiler); `only`: the modules whose names start so;
+    not `fused`: the kernels alone (the run times the launches only)."""
     import tvm
 
     from gdn_tvm.codegen import cuda_stub
@@ -84,10 +86,10 @@ def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
             return [OPS[op].schedule(cfg, "cuda", **KNOBS.get(op, {})).mod["main"] for op in ops]
 
         modules = dict(zip(ops, scheduled(), strict=True))
-        for op, f in zip(ops, scheduled(), strict=True):  # on its own CTAs: each runs one, as launched
+        for op, f in zip(ops, scheduled() if fused else [], strict=False):  # on its own CTAs: each runs one
             modules[f"solo-{op}"] = fuse([f], int(f.body.block.body.extent))
         weights = [[a.name for a in OPS[op].signature(cfg) if a.role == "weight"] for op in ops]
-        variants = [f"{SMS * k}{tail}" for k in CTAS_PER_SM for tail in ("", "-prefetch")]
+        variants = [f"{SMS * k}{tail}" for k in CTAS_PER_SM for tail in ("", "-prefetch")] if fused else []
         for variant in variants:
             ctas, prefetch = _ctas(variant), variant.endswith("-prefetch")
             for kind, n in (("layer", 1), ("stack", layers)):
@@ -101,6 +103,7 @@ def build(out: Path, presets: list[str], layers: int, only: str = "") -> None:
             else:  # no GPU driver here: NVRTC through the stub driver, as `make build` does
                 cuda_stub.export_with_stub(mod, cuda(), library, out / "cuda_stub")
         meta = {"preset": name, "layers": layers, "sms": SMS, "variants": variants, "ops": ops, "knobs": KNOBS}
+        meta["solo"] = fused
         meta["signatures"] = {op: [arg_to_json(a) for a in OPS[op].signature(cfg)] for op in ops}
         (folder / "meta.json").write_text(json.dumps(meta))
         print(f"built {folder}")
@@ -268,7 +271,7 @@ def run(library: Path, out: Path, probe: str | None) -> int:
                 else:
                     fused.append((way, entry))
         ways = [way for way, _ in fused]
-        solo = [f"solo-{op}" for op in meta["ops"]]
+        solo = [f"solo-{op}" for op in meta["ops"]] if meta.get("solo", True) else []
         stack = Stack(cfg, meta, _load(folder, [*meta["ops"], *solo, *ways]), np.random.default_rng(1))
         start = stack.snapshot()
         for func, args in stack.calls("launches"):
@@ -277,10 +280,11 @@ def run(library: Path, out: Path, probe: str | None) -> int:
         want = stack.snapshot()
         row["launches_us"] = _time(stack, "launches")
         row["launches_us_per_layer"] = round(row["launches_us"] / meta["layers"], 2)
-        if error := _check(stack, "solo", start, want, row):
-            row["solo_error"] = error
-        row["solo_us"] = _time(stack, "solo")
-        row["solo_us_per_layer"] = round(row["solo_us"] / meta["layers"], 2)
+        if meta.get("solo", True):
+            if error := _check(stack, "solo", start, want, row):
+                row["solo_error"] = error
+            row["solo_us"] = _time(stack, "solo")
+            row["solo_us_per_layer"] = round(row["solo_us"] / meta["layers"], 2)
         boundaries = len(meta["ops"]) * meta["layers"] - 1
         for way, entry in fused:
             kind = way.split("-")[0]
@@ -302,12 +306,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--layers", type=int, default=LAYERS)
     p.add_argument("--only", default="", help="with --build: rebuild only the modules whose names start so")
+    p.add_argument("--launches-only", action="store_true", help="with --build: the kernels alone, nothing fused")
     p.add_argument("--library", type=Path, help="check and time the modules of this folder on the GPU")
     p.add_argument("--out", type=Path, default=Path("persistent.json"))
     p.add_argument("--probe", help=argparse.SUPPRESS)  # the child process's folder:way
     args = p.parse_args(argv)
     if args.build:
-        build(args.build, args.presets, args.layers, args.only)
+        build(args.build, args.presets, args.layers, args.only, fused=not args.launches_only)
         return 0
     if args.library:
         return run(args.library, args.out, args.probe)
