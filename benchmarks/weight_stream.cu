@@ -1,7 +1,8 @@
 // The kernels of benchmarks/weight_stream.py (it says what they measure and how the table is laid out).
 //
-// One pass is a table of stages, each a bf16 GEMV (y = W x, W [rows, 256 * lines]) or a recurrent-state update
-// (a row of 128 floats a line: s = 0.9 s + 0.1 v k, y = s . q / sqrt(128), s written back in place). Every array
+// One pass is a table of stages, each a bf16 GEMV (y = W x, W [rows, 256 * lines]; normed: y = W x / rms(x), the
+// RMSNorm a layer's projections start with, as a scale of their sums) or a recurrent-state update (a row of 128 floats
+// a line: s = 0.9 s + 0.1 v k, y = s . q / sqrt(128), s written back in place). Every array
 // lives in one arena at the byte offsets the table gives. Warp `gw` of the `tw` in the grid runs rows gw, gw + tw,
 // ... of each stage it is given, one 512-byte line of a row at a time, 16 bytes a lane. Its lines are a stream that
 // `cp.async` copies into a ring of D lines of shared memory, D lines ahead of the one the warp computes: each lane
@@ -13,9 +14,12 @@
 // lines in flight while it waits at the barrier (the weights and states do not depend on the activations the barrier
 // waits for); without, the ring drains at every barrier and fills again after it, as separate kernels do. A launch
 // first lets the next kernel start (programmatic dependent launch, where the host asked for it), copies its first D
-// lines, and only then waits for the kernel before it.
+// lines, and only then waits for the kernel before it. `x_first` has a launch read its input (the norm) before it
+// copies any line, as a kernel whose prologue comes first does; otherwise the copies are in flight meanwhile.
 
 #define LINE 512
+
+enum { GEMV, STATE, NORMED };  // stage kinds
 
 struct Stage {  // the table's 8 int64s a stage (weight_stream.Stage)
   long long kind, rows, lines, w, x, y, dv, group;
@@ -84,6 +88,17 @@ __device__ __forceinline__ float state_line(uint4 bits, const float* q, const fl
   return s.x * qq.x + s.y * qq.y + s.z * qq.z + s.w * qq.w;
 }
 
+// 1 / rms of a normed stage's input (`cols` floats), each warp summing it alone.
+__device__ __forceinline__ float inv_rms(const float* x, int cols) {
+  float sum = 0.f;
+  for (int c = (threadIdx.x & 31) * 4; c < cols; c += 128) {
+    float4 v = *(const float4*)(x + c);
+    sum += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  return rsqrtf(sum / cols + 1e-6f);
+}
+
 // The grid barrier before stage `s - first` of a persistent launch, and the exit count whose last CTA zeroes both
 // counters for the next launch.
 __device__ __forceinline__ void grid_sync(int* sync, int target) {
@@ -107,17 +122,23 @@ __device__ __forceinline__ void grid_exit(int* sync) {
 
 template <int D>
 __device__ __forceinline__ void run(const Stage* t, char* arena, int first, int last, int cross, int* sync,
-                                    unsigned char* ring) {
+                                    int x_first, unsigned char* ring) {
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   const int gw = blockIdx.x * warps + (threadIdx.x >> 5), tw = gridDim.x * warps;
   ring += (threadIdx.x >> 5) * (D * LINE) + lane * 16;
   Cursor c = {first, gw, 0, 0, 0, 0};
   settle(c, t, last, gw);
   int in = 0, out = 0;  // the ring's slots of the next line copied and of the next computed
+  float scale = 1.f;  // a normed stage's 1 / rms(x)
   asm volatile("griddepcontrol.launch_dependents;");
+  // Launched with programmatic stream serialization, the kernel gets here while the one before it still runs: what
+  // that kernel wrote is visible after the wait (otherwise a no-op).
+  if (x_first) {
+    asm volatile("griddepcontrol.wait;" : : : "memory");
+    if (t[first].kind == NORMED && gw < t[first].rows)
+      scale = inv_rms((const float*)(arena + t[first].x), (int)t[first].lines * 256);
+  }
   for (int i = 0; i < D; ++i) fetch<D>(c, in, ring, t, arena, last, cross ? last : first + 1, gw, tw);
-  // Launched with programmatic stream serialization, the kernel got here while the one before it still ran: what
-  // that kernel wrote is visible from here on (otherwise a no-op).
   asm volatile("griddepcontrol.wait;" : : : "memory");
   for (int s = first; s < last; ++s) {
     const int allowed = cross ? last : s + 1;
@@ -129,12 +150,13 @@ __device__ __forceinline__ void run(const Stage* t, char* arena, int first, int 
     const Stage st = t[s];
     const int rows = (int)st.rows, lines = (int)st.lines, dv = (int)st.dv, group = (int)st.group;
     const float* x = (const float*)(arena + st.x);
+    if (st.kind == NORMED && gw < rows && !(x_first && s == first)) scale = inv_rms(x, lines * 256);
     for (int row = gw; row < rows; row += tw) {
       float acc = 0.f;
       for (int line = 0; line < lines; ++line) {
         asm volatile("cp.async.wait_group %0;" : : "n"(D - 1) : "memory");
         uint4 w = *(const uint4*)(ring + out * LINE);
-        if (st.kind == 0) {
+        if (st.kind != STATE) {
           acc += gemv_line(w, x + line * 256 + lane * 8);
         } else {
           int kh = row / dv / group, keys = rows / dv / group;
@@ -145,28 +167,29 @@ __device__ __forceinline__ void run(const Stage* t, char* arena, int first, int 
         fetch<D>(c, in, ring, t, arena, last, allowed, gw, tw);
       }
       for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-      if (lane == 0) ((float*)(arena + st.y))[row] = st.kind == 0 ? acc : acc * 0.08838834764831845f;
+      if (lane == 0)
+        ((float*)(arena + st.y))[row] = acc * (st.kind == STATE ? 0.08838834764831845f : st.kind == NORMED ? scale : 1.f);
     }
   }
   if (last - first > 1) grid_exit(sync);
 }
 
-extern "C" __global__ void weight_stream_d4(const Stage* table, char* arena, int first, int last, int cross, int* sync) {
+extern "C" __global__ void weight_stream_d4(const Stage* table, char* arena, int first, int last, int cross, int* sync, int x_first) {
   extern __shared__ __align__(16) unsigned char ring[];
-  run<4>(table, arena, first, last, cross, sync, ring);
+  run<4>(table, arena, first, last, cross, sync, x_first, ring);
 }
 
-extern "C" __global__ void weight_stream_d8(const Stage* table, char* arena, int first, int last, int cross, int* sync) {
+extern "C" __global__ void weight_stream_d8(const Stage* table, char* arena, int first, int last, int cross, int* sync, int x_first) {
   extern __shared__ __align__(16) unsigned char ring[];
-  run<8>(table, arena, first, last, cross, sync, ring);
+  run<8>(table, arena, first, last, cross, sync, x_first, ring);
 }
 
-extern "C" __global__ void weight_stream_d16(const Stage* table, char* arena, int first, int last, int cross, int* sync) {
+extern "C" __global__ void weight_stream_d16(const Stage* table, char* arena, int first, int last, int cross, int* sync, int x_first) {
   extern __shared__ __align__(16) unsigned char ring[];
-  run<16>(table, arena, first, last, cross, sync, ring);
+  run<16>(table, arena, first, last, cross, sync, x_first, ring);
 }
 
-extern "C" __global__ void weight_stream_d24(const Stage* table, char* arena, int first, int last, int cross, int* sync) {
+extern "C" __global__ void weight_stream_d24(const Stage* table, char* arena, int first, int last, int cross, int* sync, int x_first) {
   extern __shared__ __align__(16) unsigned char ring[];
-  run<24>(table, arena, first, last, cross, sync, ring);
+  run<24>(table, arena, first, last, cross, sync, x_first, ring);
 }

@@ -10,10 +10,13 @@ into a ring of D lines of shared memory by `cp.async` D lines ahead of the one c
 The pass is L GDN decoder layers' bytes at B = 1 (qwen3.5-0.8b and -4b), each layer its own weights and state
 (L2-cold, as in a step): in_proj [2 Hk Dk + 2 Hv Dv + 2 Hv, hidden] (bf16), the recurrent state [Hv Dv, Dk]
 (float32, read and written in place), out_proj [hidden, Hv Dv], gate|up [2 I, hidden], down [hidden, I], each stage
-reading the one before's output (down its first I values, as many as SwiGLU's; the norms, conv and residual adds
-move no weights and are left out). Three ways:
+reading the one before's output (down its first I values, as many as SwiGLU's), the projections but down scaling
+their sums by 1 / rms of their input (RMSNorm, out_proj's standing in for its gated norm; the conv and residual adds
+move no weights and are left out). The ways:
 
-  launches-r<R>        5 L launches, graph-replayed; each warp about R lines of its stage, all in flight at once
+  launches-r<R>        5 L launches, graph-replayed; each warp about R lines of its stage, all in flight at once,
+                       then reading its input (the norm)
+  launches-r<R>-xfirst the same reading the input first, as a kernel whose norm is a prologue does
   pdl-r<R>             the same launched with programmatic dependent launch: a kernel's CTAs start while the one
                        before still runs, copy their first lines, then wait for it (the separate-kernel way to it)
   drain-<C>x<W>-d<D>   one persistent kernel, C CTAs an SM of W warps, a ring of D lines a warp, a grid barrier
@@ -26,9 +29,7 @@ it, every output NaN-poisoned first; relative L-inf 1e-4), every other way again
 each summed by one warp in one order) with the barrier's counters back at zero. A persistent way the GPU cannot
 hold at once is recorded, not run; a pass that does not finish in `WATCHDOG_S` ends the run with the rows so far
 written. Times are medians of graph replays, rated against the H200's 4.3 TB/s and beside this GPU's own
-device-to-device copy (`copy_gbps`, timed first). The GEMVs keep their input's scale; the state updates about halve
-it (no norms), so values shrink through a pass and over replays, which float32 arithmetic runs at one speed whatever
-their size (the check is of the first pass, from fresh states).
+device-to-device copy (`copy_gbps`, timed first).
 
 python -m benchmarks.weight_stream --out FILE.json [--presets P ...] [--layers L]   (a CUDA GPU; no TVM compiler)
 """
@@ -57,7 +58,8 @@ LINE = 512  # bytes a warp's lanes move in one 16-byte copy each
 COLUMNS = LINE // 2  # bf16 weights a line
 DK = LINE // 4  # float32 state columns a line: the kernel's state rows are one line
 ALIGN = 256
-GEMV, STATE = 0, 1
+GEMV, STATE, NORMED = 0, 1, 2  # stage kinds (a NORMED GEMV scales its sums by 1 / rms(x): an RMSNorm)
+EPS = 1e-6
 DEPTHS = (4, 8, 16, 24)  # the kernels' ring depths (`weight_stream_d<D>`)
 LAUNCH_LINES = (4, 8, 16)  # launches-r<R>
 LAUNCH_WARPS = 8
@@ -70,9 +72,9 @@ WATCHDOG_S = 30.0
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage of a pass, as the kernels' table holds it (8 int64s): a bf16 GEMV of `rows` rows of `lines` lines,
-    or a state update of `rows` rows (heads of `dv` rows, `group` of them sharing a key head); `w`, `x`, `y` the
-    byte offsets in the arena of its weights (or state), input and output."""
+    """One stage of a pass, as the kernels' table holds it (8 int64s): a bf16 GEMV of `rows` rows of `lines` lines
+    (`NORMED`: of its input's RMSNorm), or a state update of `rows` rows (heads of `dv` rows, `group` of them sharing
+    a key head); `w`, `x`, `y` the byte offsets in the arena of its weights (or state), input and output."""
 
     kind: int
     rows: int
@@ -99,12 +101,13 @@ class Layout:
         self.x0 = self._take(4 * inputs)
         self.x, self.width = self.x0, inputs
 
-    def gemv(self, rows: int, cols: int | None = None, x: int | None = None) -> Layout:
+    def gemv(self, rows: int, cols: int | None = None, x: int | None = None, normed: bool = False) -> Layout:
         cols = self.width if cols is None else cols
         if cols % COLUMNS or (x is None and cols > self.width):
             raise ValueError(f"a GEMV reads whole lines of {COLUMNS} of its input: {cols} columns")
         w, y = self._take(2 * rows * cols), self._take(4 * rows)
-        self.stages.append(Stage(GEMV, rows, cols // COLUMNS, w, self.x if x is None else x, y))
+        kind = NORMED if normed else GEMV
+        self.stages.append(Stage(kind, rows, cols // COLUMNS, w, self.x if x is None else x, y))
         self.x, self.width = y, rows
         return self
 
@@ -142,9 +145,9 @@ def decoder_layers(cfg: ModelConfig, layers: int) -> Layout:
         raise ValueError(f"{cfg.name}: the kernel's state rows are {DK} wide and the MLP dense")
     hk, hv, dv = cfg.n_k_heads, cfg.n_v_heads, cfg.head_v_dim
     layout = Layout(cfg.hidden)
-    for _ in range(layers):
-        layout.gemv(2 * hk * DK + 2 * hv * dv + 2 * hv).state(hv, dv, hk).gemv(cfg.hidden)
-        layout.gemv(2 * cfg.intermediate_size).gemv(cfg.hidden, cols=cfg.intermediate_size)
+    for _ in range(layers):  # out_proj normed too: its gated norm reads its input first as well
+        layout.gemv(2 * hk * DK + 2 * hv * dv + 2 * hv, normed=True).state(hv, dv, hk).gemv(cfg.hidden, normed=True)
+        layout.gemv(2 * cfg.intermediate_size, normed=True).gemv(cfg.hidden, cols=cfg.intermediate_size)
     return layout
 
 
@@ -153,7 +156,7 @@ def filled(layout: Layout, rng: np.random.Generator) -> np.ndarray:
     arena = np.full(layout.size, 0xFF, dtype=np.uint8)
     _floats(arena, layout.x0, layout.inputs)[:] = _uniform(rng, layout.inputs)
     for s in layout.stages:
-        if s.kind == GEMV:
+        if s.kind != STATE:
             arena[s.w : s.w + s.streamed] = _bf16_bits(rng, s.rows, s.lines * COLUMNS).view(np.uint8)
         else:
             state = _floats(arena, s.w, s.rows * DK)
@@ -166,11 +169,12 @@ def check(layout: Layout, before: np.ndarray, after: np.ndarray) -> float:
     state from its input as `after` holds it (NaN where an output was left unwritten)."""
     errors = []
     for s in layout.stages:
-        cols = s.lines * COLUMNS if s.kind == GEMV else 0
+        cols = s.lines * COLUMNS if s.kind != STATE else 0
         x = _floats(after, s.x, max(cols, _state_inputs(s))).astype(np.float64)
-        if s.kind == GEMV:
+        if s.kind != STATE:
             w = before[s.w : s.w + s.streamed].view(ml_dtypes.bfloat16).astype(np.float64).reshape(s.rows, cols)
-            pairs = [(_floats(after, s.y, s.rows), w @ x)]
+            scale = 1 / math.sqrt((x**2).mean() + EPS) if s.kind == NORMED else 1.0
+            pairs = [(_floats(after, s.y, s.rows), w @ x * scale)]
         else:
             old = _floats(before, s.w, s.rows * DK).astype(np.float64).reshape(s.rows, DK)
             heads, keys = s.rows // s.dv, s.rows // s.dv // s.group
@@ -187,7 +191,7 @@ def check(layout: Layout, before: np.ndarray, after: np.ndarray) -> float:
 
 
 def _state_inputs(s: Stage) -> int:
-    return 0 if s.kind == GEMV else 2 * (s.rows // s.dv // s.group) * DK + s.rows
+    return 0 if s.kind != STATE else 2 * (s.rows // s.dv // s.group) * DK + s.rows
 
 
 def _floats(arena: np.ndarray, at: int, n: int) -> np.ndarray:
@@ -216,7 +220,8 @@ def _error(got: np.ndarray, want: np.ndarray) -> float:
 @dataclass(frozen=True)
 class Way:
     """How a pass runs: `ctas` (an SM) of `warps` warps and ring `depth` for a persistent way (`cross`: the stream
-    runs on past each stage), or launches of about `lines` lines a warp (`pdl`: programmatic dependent launches)."""
+    runs on past each stage), or launches of about `lines` lines a warp (`pdl`: programmatic dependent launches;
+    `x_first`: a launch reads its input for the norm before it copies any line)."""
 
     name: str
     depth: int
@@ -225,6 +230,7 @@ class Way:
     cross: int = 0
     lines: int = 0
     pdl: bool = False
+    x_first: int = 0
 
     @property
     def shared(self) -> int:
@@ -232,9 +238,9 @@ class Way:
 
 
 def ways() -> list[Way]:
-    separate = [
-        Way(f"{k}-r{r}", r, LAUNCH_WARPS, lines=r, pdl=k == "pdl") for k in ("launches", "pdl") for r in LAUNCH_LINES
-    ]
+    separate = [Way(f"launches-r{r}", r, LAUNCH_WARPS, lines=r) for r in LAUNCH_LINES]
+    separate += [Way(f"launches-r{r}-xfirst", r, LAUNCH_WARPS, lines=r, x_first=1) for r in LAUNCH_LINES]
+    separate += [Way(f"pdl-r{r}", r, LAUNCH_WARPS, lines=r, pdl=True) for r in LAUNCH_LINES]
     persistent = [
         Way(f"{kind}-{c}x{w}-d{d}", d, w, ctas=c, cross=int(kind == "stream"))
         for kind in ("drain", "stream")
@@ -349,7 +355,15 @@ class Gpu:
     def run(self, layout: Layout, way: Way) -> None:
         """Queue one pass `way` on the stream."""
         d = self.driver
-        types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+        types = (
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_void_p,
+            ctypes.c_int,
+        )
         attr = d.CUlaunchAttribute()
         attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
         attr.value.programmaticStreamSerializationAllowed = 1
@@ -359,7 +373,7 @@ class Gpu:
             config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
             config.sharedMemBytes, config.hStream = way.shared, d.CUstream(int(self.stream))
             config.attrs, config.numAttrs = ([attr], 1) if way.pdl else ([], 0)
-            args = ((self.table, self.arena, first, last, way.cross, self.sync), types)
+            args = ((self.table, self.arena, first, last, way.cross, self.sync, way.x_first), types)
             self.ok(d.cuLaunchKernelEx(config, self.kernels[way.depth], args, 0))
 
     def finish(self, seconds: float) -> bool:

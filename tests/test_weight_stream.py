@@ -39,14 +39,15 @@ def _emulate(layout: ws.Layout, way: ws.Way, arena: np.ndarray) -> list[int]:
     for grid, first, last, threads in ws.launches(layout, way, SMS):
         kernel = f"weight_stream_d{way.depth}"
         run = launcher(
-            _source(way.depth), [Launch(kernel, (0, 1, 2, 3, 4, 5), (grid, 1, 1), (threads, 1, 1), way.shared)]
+            _source(way.depth), [Launch(kernel, (0, 1, 2, 3, 4, 5, 6), (grid, 1, 1), (threads, 1, 1), way.shared)]
         )
-        run(table, arena, first, last, way.cross, sync)
+        run(table, arena, first, last, way.cross, sync, way.x_first)
     return sync.tolist()
 
 
 WAYS = [
     ws.Way("launches-r4", 4, 4, lines=4),
+    ws.Way("launches-r4-xfirst", 4, 4, lines=4, x_first=1),
     ws.Way("pdl-r8", 8, 4, lines=8, pdl=True),  # emulated launches run one after another: as launches-r8
     ws.Way("drain-2x4-d8", 8, 4, ctas=2),
     ws.Way("stream-2x4-d8", 8, 4, ctas=2, cross=1),
