@@ -14,8 +14,8 @@ reading the one before's output (down its first I values, as many as SwiGLU's), 
 their sums by 1 / rms of their input (RMSNorm, out_proj's standing in for its gated norm; the conv and residual adds
 move no weights and are left out). The ways:
 
-  launches-r<R>        5 L launches, graph-replayed; each warp about R lines of its stage, all in flight at once,
-                       then reading its input (the norm)
+  launches-r<R>        5 L launches, graph-replayed; each warp about R lines of its stage (fewer where that would
+                       leave under 2 CTAs an SM), all in flight at once, then reading its input (the norm)
   launches-r<R>-xfirst the same reading the input first, as a kernel whose norm is a prologue does
   pdl-r<R>             the same launched with programmatic dependent launch: a kernel's CTAs start while the one
                        before still runs, copy their first lines, then wait for it (the separate-kernel way to it)
@@ -254,8 +254,8 @@ def launches(layout: Layout, way: Way, sms: int) -> list[tuple[int, int, int, in
     if way.ctas:
         return [(way.ctas * sms, 0, len(layout.stages), 32 * way.warps)]
     out = []
-    for i, s in enumerate(layout.stages):
-        rows_a_warp = max(1, way.lines // s.lines)
+    for i, s in enumerate(layout.stages):  # about `lines` lines a warp, as long as that leaves 2 CTAs an SM
+        rows_a_warp = max(1, min(way.lines // s.lines, s.rows // (2 * sms * way.warps)))
         out.append((-(-s.rows // (rows_a_warp * way.warps)), i, i + 1, 32 * way.warps))
     return out
 
