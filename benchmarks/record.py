@@ -25,7 +25,8 @@ def portable_arg(arg: str) -> str:
 
 
 class Results:
-    """`Results(path, module, argv, **header)`; `add(row)` appends and rewrites; `finish()` marks it complete."""
+    """`Results(path, module, argv, **header)`; `add(row)` appends and rewrites, `save()` rewrites (a row added
+    grew); `finish()` marks it complete."""
 
     def __init__(self, path: str, module: str, argv: list[str] | None, **header):
         self.path = Path(path)
@@ -43,6 +44,10 @@ class Results:
 
     def add(self, row: dict) -> None:
         self.data["rows"].append(row)
+        self._write()
+
+    def save(self) -> None:
+        """Rewrite the file: a row already added has grown."""
         self._write()
 
     def finish(self) -> None:

@@ -28,8 +28,8 @@ The first way (`launches-r4`) is checked against a float64 reference (each stage
 it, every output NaN-poisoned first; relative L-inf 1e-4), every other way against it bit for bit (the same rows,
 each summed by one warp in one order) with the barrier's counters back at zero. A persistent way the GPU cannot
 hold at once is recorded, not run; a pass that does not finish in `WATCHDOG_S` ends the run with the rows so far
-written. Times are medians of graph replays, rated against the H200's 4.3 TB/s and beside this GPU's own
-device-to-device copy (`copy_gbps`, timed first).
+written. Times are medians of graph replays, rated against the H200's 4.3 TB/s (`peak_pct`) and against this GPU's
+own device-to-device copy (`copy_gbps`, timed first; `copy_pct`).
 
 python -m benchmarks.weight_stream --out FILE.json [--presets P ...] [--layers L]   (a CUDA GPU; no TVM compiler)
 """
@@ -352,27 +352,25 @@ class Gpu:
         self.ok(self.driver.cuFuncSetAttribute(f, attr, way.shared))
         return int(self.ok(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(f, 32 * way.warps, way.shared)))
 
-    def run(self, layout: Layout, way: Way) -> None:
-        """Queue one pass `way` on the stream."""
+    def run(self, layout: Layout, way: Way, cooperative: bool = False) -> None:
+        """Queue one pass `way` on the stream (`cooperative`: the driver refuses a grid that cannot be resident)."""
         d = self.driver
-        types = (
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_void_p,
-            ctypes.c_int,
-        )
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
+        types = (ctypes.c_void_p,) * 2 + (ctypes.c_int,) * 3 + (ctypes.c_void_p, ctypes.c_int)  # the kernels'
+        attrs = []
+        if way.pdl:
+            attrs.append(d.CUlaunchAttribute())
+            attrs[-1].id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attrs[-1].value.programmaticStreamSerializationAllowed = 1
+        if cooperative:
+            attrs.append(d.CUlaunchAttribute())
+            attrs[-1].id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            attrs[-1].value.cooperative = 1
         for grid, first, last, threads in launches(layout, way, self.sms):
             config = d.CUlaunchConfig()
             config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
             config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
             config.sharedMemBytes, config.hStream = way.shared, d.CUstream(int(self.stream))
-            config.attrs, config.numAttrs = ([attr], 1) if way.pdl else ([], 0)
+            config.attrs, config.numAttrs = attrs, len(attrs)
             args = ((self.table, self.arena, first, last, way.cross, self.sync, way.x_first), types)
             self.ok(d.cuLaunchKernelEx(config, self.kernels[way.depth], args, 0))
 
@@ -397,17 +395,9 @@ def run(out: Path, presets: list[str], layers: int) -> int:
     from benchmarks.record import Results
 
     gpu = Gpu()
-    seed = int.from_bytes(os.urandom(4), "little")
-    results = Results(
-        str(out),
-        "benchmarks.weight_stream",
-        None,
-        sms=gpu.sms,
-        layers=layers,
-        seed=seed,
-        peak_bytes_per_us=PEAK_BYTES_PER_US,
-        copy_gbps=gpu.copy_gbps(COPY_BYTES),
-    )
+    seed, copy = int.from_bytes(os.urandom(4), "little"), gpu.copy_gbps(COPY_BYTES)
+    header = {"sms": gpu.sms, "layers": layers, "seed": seed, "peak_bytes_per_us": PEAK_BYTES_PER_US, "copy_gbps": copy}
+    results = Results(str(out), "benchmarks.weight_stream", None, **header)
     rng = np.random.default_rng(seed)
     for name in presets:
         layout = decoder_layers(preset(name), layers)
@@ -419,6 +409,7 @@ def run(out: Path, presets: list[str], layers: int) -> int:
             "floor_us_per_layer": round(moved / layers / PEAK_BYTES_PER_US, 2),
             "ways": [],
         }
+        results.add(row)  # rewritten as its ways come
         start = filled(layout, rng)
         gpu.arena, gpu.table = gpu.alloc(layout.size), gpu.alloc(8 * 8 * len(layout.stages))
         gpu.upload(gpu.arena, start)
@@ -428,21 +419,32 @@ def run(out: Path, presets: list[str], layers: int) -> int:
             entry: dict = {"way": way.name, "registers": gpu.registers(way.depth), "shared": way.shared}
             row["ways"].append(entry)
             try:
-                want = _measure(gpu, layout, way, start, want, entry, layers, moved)
+                want = _measure(gpu, layout, way, start, want, entry)
             except Hung:
-                results.add(row)
+                results.save()
                 os._exit(3)  # a kernel that never ends cannot be stopped from here
+            except RuntimeError as why:  # recorded; a sticky CUDA error fails the ways after it as quickly
+                entry["error"] = f"{why}"[:400]
+            if "us" in entry:
+                us = entry["us"]
+                gbps = moved / us / 1e3
+                entry.update(
+                    us_per_layer=round(us / layers, 2),
+                    gbps=round(gbps, 1),
+                    peak_pct=round(100 * moved / us / PEAK_BYTES_PER_US, 1),
+                    copy_pct=round(100 * gbps / copy, 1),
+                )
+            results.save()
             print(name, entry, flush=True)
         gpu.free(gpu.arena)
         gpu.free(gpu.table)
-        results.add(row)
     results.finish()
     return 0
 
 
-def _measure(gpu: Gpu, layout: Layout, way: Way, start: np.ndarray, want, entry: dict, layers: int, moved: int):
-    """Check one pass `way` (against float64 for the first way, else against `want`), then time it, into `entry`;
-    returns what the first way wrote."""
+def _measure(gpu: Gpu, layout: Layout, way: Way, start: np.ndarray, want, entry: dict):
+    """Check one pass `way` (against float64 for the first way, else against `want`), then time it (`us`), into
+    `entry`; returns what the first way wrote."""
     from benchmarks.timing import replayed_us
     from gdn_tvm.runtime.graph import CudaGraph
 
@@ -456,7 +458,7 @@ def _measure(gpu: Gpu, layout: Layout, way: Way, start: np.ndarray, want, entry:
     for at, n in regions:  # states as they started, outputs NaN
         gpu.upload(gpu.arena + at, start[at : at + n])
     gpu.upload(gpu.sync, np.zeros(2, np.int32))
-    gpu.run(layout, way)
+    gpu.run(layout, way, cooperative=bool(way.ctas))  # a grid that cannot be resident is refused, not hung
     if not gpu.finish(WATCHDOG_S):
         entry["error"] = f"no end in {WATCHDOG_S} s"
         raise Hung
@@ -475,13 +477,7 @@ def _measure(gpu: Gpu, layout: Layout, way: Way, start: np.ndarray, want, entry:
         if not entry["bit_equal"] or any(sync):
             entry["error"] = f"differs from the first way or left counters {sync}"
     graph = CudaGraph(lambda: gpu.run(layout, way), len(launches(layout, way, gpu.sms)), stream=gpu.stream)
-    us = replayed_us(graph)
-    entry.update(
-        us=us,
-        us_per_layer=round(us / layers, 2),
-        gbps=round(moved / us / 1e3, 1),
-        peak_pct=round(100 * moved / us / PEAK_BYTES_PER_US, 1),
-    )
+    entry["us"] = replayed_us(graph)
     return want
 
 
