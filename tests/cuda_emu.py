@@ -207,13 +207,25 @@ def _prefetched(lib: ctypes.CDLL) -> list[int]:
 def _located(addresses: list[int], values: list) -> list[tuple[int | None, int]]:
     """Each address as (the position among `values` of the array holding it, its byte offset there), or (None, the
     address) where no array holds it."""
-    hosts = {i: v if isinstance(v, np.ndarray) else v.numpy() for i, v in enumerate(values) if _is_array(v)}
-    spans = [(i, address(values[i]), host.nbytes) for i, host in hosts.items()]
+    spans, first = _arrays(values), {}
+    for i, v in enumerate(values):
+        first.setdefault(id(v), i)
     located: list[tuple[int | None, int]] = []
     for at in addresses:
-        holder = next(((i, at - lo) for i, lo, n in spans if lo <= at < lo + n), None)
+        holder = next(((first[k], at - lo) for k, (_, _, lo, hi) in spans.items() if lo <= at < hi), None)
         located.append(holder if holder else (None, at))
     return located
+
+
+def _arrays(values) -> dict[int, tuple[object, np.ndarray, int, int]]:
+    """Each array among `values` (numpy arrays, host TVM tensors) once, by id: (the array, its host view or copy,
+    the address of its first byte, the address past its last)."""
+    arrays = {}
+    for v in values:
+        if _is_array(v) and id(v) not in arrays:
+            host = v if isinstance(v, np.ndarray) else v.numpy()
+            arrays[id(v)] = (v, host, address(v), address(v) + host.nbytes)
+    return arrays
 
 
 class Guarded:
@@ -224,12 +236,10 @@ class Guarded:
     GUARD = 1 << 16
 
     def __init__(self, values) -> None:
-        hosts = {id(v): (v, v if isinstance(v, np.ndarray) else v.numpy()) for v in values if _is_array(v)}
-        spans = {k: (address(v), address(v) + host.nbytes) for k, (v, host) in hosts.items()}
+        arrays = _arrays(values)
         self.copies: dict[int, tuple[object, np.ndarray, np.ndarray]] = {}  # id -> (array, padded, copy)
-        for k, (v, host) in hosts.items():
-            lo, hi = spans[k]
-            if any(o != k and lo < ohi and olo < hi for o, (olo, ohi) in spans.items()):
+        for k, (v, host, lo, hi) in arrays.items():
+            if any(o != k and lo < ohi and olo < hi for o, (_, _, olo, ohi) in arrays.items()):
                 continue
             padded = np.full(host.nbytes + 2 * self.GUARD, 0xFF, dtype=np.uint8)
             copy = padded[self.GUARD : self.GUARD + host.nbytes].view(host.dtype).reshape(host.shape)
