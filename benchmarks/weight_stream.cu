@@ -1,12 +1,12 @@
 // The kernels of benchmarks/weight_stream.py (it says what they measure and how the table is laid out).
 //
 // One pass is a table of stages, each a bf16 GEMV (y = W x, W [rows, 256 * lines]; normed: y = W x / rms(x), the
-// RMSNorm a layer's projections start with, as a scale of their sums) or a recurrent-state update (a row of 128 floats
-// a line: s = 0.9 s + 0.1 v k, y = s . q / sqrt(128), s written back in place). Every array
-// lives in one arena at the byte offsets the table gives. Warp `gw` of the `tw` in the grid runs rows gw, gw + tw,
-// ... of each stage it is given, one 512-byte line of a row at a time, 16 bytes a lane. Its lines are a stream that
-// `cp.async` copies into a ring of D lines of shared memory, D lines ahead of the one the warp computes: each lane
-// copies its own 16 bytes and reads only those, so no lane waits for another's copy.
+// RMSNorm a layer's projections start with, as a scale of their sums) or a recurrent-state update (a row of 128
+// floats a line: s = 0.9 s + 0.1 v k, y = s . q / sqrt(128), s written back in place). Every array lives in one arena
+// at the byte offsets the table gives. Warp `gw` of the `tw` in the grid runs rows gw, gw + tw, ... of each stage it
+// is given, one 512-byte line of a row at a time, 16 bytes a lane. Its lines are a stream that `cp.async` copies into
+// a ring of D lines of shared memory, D lines ahead of the one the warp computes: each lane copies its own 16 bytes
+// and reads only those, so no lane waits for another's copy.
 //
 // `first` to `last` are the stages of one launch. With more than one, the grid is persistent (all of it resident: the
 // caller checks the occupancy) and waits at a grid barrier before each later stage. `cross` says whether the stream
