@@ -12,6 +12,7 @@ from cuda_emu import Launch, launcher
 
 from benchmarks import weight_stream as ws
 from gdn_tvm.config import preset
+from gdn_tvm.verify import TOL_OP
 
 SMS = 2  # the emulated GPU's
 SOURCE = ws.SOURCE.read_text()
@@ -61,7 +62,7 @@ def test_decoder_layers_match_float64(way, rng):
     start = ws.filled(layout, rng)
     arena = start.copy()
     assert _emulate(layout, way, arena) == [0, 0]
-    assert ws.check(layout, start, arena) <= 1e-5
+    assert ws.check(layout, start, arena) <= TOL_OP
     weights = np.ones(layout.size, bool)
     for at, n in layout.written():
         weights[at : at + n] = False
@@ -77,7 +78,7 @@ def test_warps_without_rows_in_a_stage_keep_the_barrier_and_the_stream(cross, rn
     start = ws.filled(layout, rng)
     arena = start.copy()
     assert _emulate(layout, way, arena) == [0, 0]
-    assert ws.check(layout, start, arena) <= 1e-5
+    assert ws.check(layout, start, arena) <= TOL_OP
 
 
 def test_an_unwritten_output_fails_the_check(rng):
@@ -114,3 +115,7 @@ def test_ways_cover_each_kind_and_a_launch_grid_covers_every_row():
 
 def test_the_kernels_compile_for_sm_90():
     assert len(ws.compile_cubin("sm_90")) > 1000
+
+
+def test_the_benchmark_checks_at_the_op_tolerance():
+    assert ws.TOLERANCE == TOL_OP
