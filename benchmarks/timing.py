@@ -1,5 +1,5 @@
-"""CUDA-graph timing with CUDA events, over rotating input sets so repeated launches don't hit in L2; and of one
-launch of a runtime plan on its own buffers."""
+"""CUDA-graph timing with CUDA events, over rotating input sets so repeated launches don't hit in L2; of one launch
+of a runtime plan on its own buffers; and of one replay of a captured graph (`replayed_us`)."""
 
 from __future__ import annotations
 
