@@ -335,6 +335,12 @@ BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
     "no intermediate_size": ("intermediate_size", DELETE),
     "num_experts=-1": ("num_experts", -1),
     "num_experts=2.0": ("num_experts", 2.0),
+    # what would change the computation into one the kernels do not make
+    "hidden_act='gelu'": ("hidden_act", "gelu"),
+    "rope_type='yarn'": ("rope_parameters.rope_type", "yarn"),
+    "rope_scaling.type='linear'": ("rope_scaling", {"type": "linear", "factor": 2.0}),
+    "attention_bias=true": ("attention_bias", True),
+    "attention_bias=1": ("attention_bias", 1),
 }
 
 

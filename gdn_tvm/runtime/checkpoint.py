@@ -167,7 +167,22 @@ def model_config(config: object, name: str, file: str = "config.json") -> ModelC
         tie_word_embeddings=top.flag("tie_word_embeddings", False),
     )
     _check_layer_types(c, m)
+    _check_computation(c)
     return next((p for p in PRESETS.values() if dataclasses.replace(p, name=name) == m), m)
+
+
+def _check_computation(c: _Section) -> None:
+    """Fields that would change what the model computes into something the kernels do not compute: another MLP
+    activation, a scaled rotary embedding, biased attention projections."""
+    act = c.get("hidden_act", "silu")
+    if act != "silu":
+        raise c.error("hidden_act", f"the MLP's activation here is SiLU, got {reprlib.repr(act)}")
+    for rope in filter(None, map(c.section, ("rope_parameters", "rope_scaling"))):
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise rope.error("rope_type", f"only the unscaled rotary embedding is computed, got {reprlib.repr(kind)}")
+    if c.flag("attention_bias", False):
+        raise c.error("attention_bias", "the attention projections here have no bias, got true")
 
 
 def _check_layer_types(c: _Section, m: ModelConfig) -> None:
@@ -350,6 +365,13 @@ class Checkpoint:
         return named
 
 
+def checkpoint_config(path: str | Path) -> ModelConfig:
+    """The `ModelConfig` of a checkpoint directory, from its config.json alone (no tensor read): `CheckpointError`
+    naming the file and field where a check fails."""
+    cfg_file = Path(path) / "config.json"
+    return model_config(_read_config(cfg_file), Path(path).name, str(cfg_file))
+
+
 def load_checkpoint(path: str | Path, weight_dtype: str = "bfloat16") -> Checkpoint:
     """Every weight of the text model in a checkpoint directory (`Checkpoint`), in their stored dtypes at
     `weight_dtype` (a `config.DTYPES` name); `CheckpointError` (an `ArgumentError`) naming the file and the field or
@@ -358,7 +380,7 @@ def load_checkpoint(path: str | Path, weight_dtype: str = "bfloat16") -> Checkpo
         raise ArgumentError(f"weight_dtype: expected one of {tuple(DTYPES)}, got {weight_dtype!r}")
     path = Path(path)
     cfg_file = path / "config.json"
-    m = model_config(_read_config(cfg_file), path.name, str(cfg_file))
+    m = checkpoint_config(path)
     tensors = _Tensors(path, weight_dtype)
     if tensors.n_layers != m.n_layers:
         raise CheckpointError(
