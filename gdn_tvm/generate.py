@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.preset and not args.random_weights:
         parser.error("--preset decodes random weights: add --random-weights (or give --checkpoint)")
+    if args.checkpoint == "":
+        parser.error("--checkpoint: expected a directory, got an empty path")
+    if args.checkpoint and args.random_weights:
+        parser.error("--random-weights goes with --preset: a checkpoint's weights are its own")
     try:
         return _generate(parser, args)
     except (ArgumentError, ManifestError, ValueError) as err:  # a checkpoint, build or request that fails a check
@@ -76,18 +80,19 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import tvm
 
     from gdn_tvm.plan import model as model_plan
-    from gdn_tvm.runtime.checkpoint import load_checkpoint, stop_ids
+    from gdn_tvm.runtime.checkpoint import checkpoint_config, load_checkpoint, stop_ids
     from gdn_tvm.target import gpu_present, memory_bytes
 
     if args.target == "cuda" and not gpu_present():
         parser.error("--target cuda: no CUDA GPU is present")
-    if args.seed < 0:
-        parser.error(f"--seed: expected 0 or more, got {args.seed}")
+    for flag, value in (("--seed", args.seed), ("--temperature", args.temperature), ("--top-k", args.top_k)):
+        if value < 0:
+            parser.error(f"{flag}: expected 0 or more, got {value}")
     dtypes = {field: getattr(args, field) for field in DTYPE_FIELDS}
     tokenizer, stops = None, []
-    if args.checkpoint:
-        ckpt = load_checkpoint(args.checkpoint, args.weight_dtype)
-        m, weights, stops = ckpt.model, checkpoint_weights(ckpt), stop_ids(args.checkpoint, ckpt.model)
+    if args.checkpoint:  # its config, stop ids and tokenizer now; its weights once every argument has passed
+        m = checkpoint_config(args.checkpoint)
+        stops = stop_ids(args.checkpoint, m)
         vocabulary = Path(args.checkpoint) / "tokenizer.json"
         if vocabulary.exists():
             from tokenizers import Tokenizer
@@ -98,7 +103,6 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 raise ValueError(f"{vocabulary}: unreadable: {err}") from None
     else:
         m = preset(args.preset)
-        weights = random_model_weights(m, np.random.default_rng(args.seed))
     if args.prompt is not None:
         if tokenizer is None:
             parser.error("--prompt needs a checkpoint with tokenizer.json; give --prompt-ids")
@@ -116,17 +120,28 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     sampling = args.temperature > 0  # greedy decoding takes `argmax` (one launch), not `sample`'s chain of 35
     device, plan = tvm.cuda(0) if on_gpu else tvm.cpu(0), model_plan(cfg, sampling)
     need, have = _step_bytes(plan), memory_bytes(device)
-    if not on_gpu:  # the weights' host arrays stay beside the step's copies of them
-        need += _step_bytes(plan, "weight")
+    # the weights' host arrays, read or made before the step copies them (random ones in float32)
+    held = _step_bytes(plan, "weight") * (1 if args.checkpoint else 4 // np.dtype(cfg.weight_dtype).itemsize)
+    if not on_gpu:  # they stay beside the step's copies
+        need += held
     if need > have:
         parser.error(
             f"--batch {args.batch}, --max-len {args.max_len}: the step's buffers take {need / 2**30:.1f} GiB, "
             f"the {'GPU' if on_gpu else 'host'} has {have / 2**30:.1f} GiB"
         )
+    if on_gpu and held > memory_bytes(tvm.cpu(0)):
+        parser.error(
+            f"{m.name}: its weights take {held / 2**30:.1f} GiB of host memory, the host has "
+            f"{memory_bytes(tvm.cpu(0)) / 2**30:.1f} GiB"
+        )
     draw = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **draw) for i in range(args.batch)]
-    for request in requests:  # before anything compiles
+    for request in requests:  # before any weight is read or anything compiles
         check_request(cfg, request, sampling)
+    if args.checkpoint:
+        weights = checkpoint_weights(load_checkpoint(args.checkpoint, args.weight_dtype))
+    else:
+        weights = random_model_weights(m, np.random.default_rng(args.seed))
     kind = "cuda" if on_gpu else "llvm"
     started = time.perf_counter()
     if args.library:  # the TVM runtime alone

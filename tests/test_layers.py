@@ -306,6 +306,9 @@ def test_float32_weight_past_bf16_range_is_rejected_by_name():
     w["norm"][2] = -BF16_OVERFLOW
     with pytest.raises(ArgumentError, match=r"weight norm: holds NaN or inf \(as bfloat16\)"):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
+    w["norm"] = w["norm"].tolist()
+    with pytest.raises(ArgumentError, match="weight norm: expected an array, got list"):
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
 
 
 @pytest.mark.parametrize("name", [n for n in PRESETS if n not in ("qwen3.5-0.8b", "qwen3.5-4b")])

@@ -228,6 +228,10 @@ def test_generate_refills_lanes_stops_at_eos_and_samples_reproducibly(tmp_path, 
         ("top_p", 1e-50, "top_p: 1e-50 is not a finite float32"),  # zero as the sampler holds it
         ("temperature", 1e39, "temperature: 1e\\+39 is not a finite float32"),
         ("seed", 2**70, "seed"),
+        ("temperature", "0.5", "temperature: expected a number"),
+        ("temperature", True, "temperature: expected a number"),
+        ("top_p", np.array([0.5, 0.9]), "top_p: expected a number"),
+        ("top_p", [0.9], "top_p: expected a number"),
     ],
 )
 def test_a_bad_request_is_refused_by_name_and_changes_nothing(tmp_path, rng, field, value, message):
@@ -351,6 +355,9 @@ def test_a_greedy_model_decodes_as_the_sampling_one_and_refuses_temperature(tmp_
         (["--prompt-ids", "1", "--max-new-tokens", "0"], "max_new_tokens"),
         (["--prompt-ids", "1", "--batch", "0"], "batch"),
         (["--prompt-ids", "1", "--batch", str(2**31 - 1)], f"--batch {2**31 - 1}, --max-len 96: the step's buffers"),
+        (["--prompt-ids", "1", "--temperature", "-1"], "--temperature: expected 0 or more"),
+        (["--prompt-ids", "1", "--top-k", "-3"], "--top-k: expected 0 or more"),
+        (["--prompt-ids", "1", "--random-weights"], "--random-weights goes with --preset"),
     ],
 )
 def test_generate_cli_refuses_bad_arguments_by_name(tmp_path, rng, capsys, args, message):
@@ -436,6 +443,45 @@ def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_available_memory(
 
     assert memory_bytes(FakeCuda()) == 141 * 10**9
     assert 2**30 < memory_bytes(tvm.cpu(0)) <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_generate_cli_checks_every_argument_before_it_reads_a_weight(tmp_path, rng, capsys):
+    """A bad argument is named even where the checkpoint's weights could not be read (they are read last), and an
+    empty --checkpoint is refused as such."""
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    for shard in tmp_path.glob("*.safetensors"):
+        shard.write_bytes(b"not a safetensors file")
+    common = ["--checkpoint", str(tmp_path), "--target", "llvm", "--max-len", "96", "--split-len", "32"]
+    for args, message in (
+        (["--prompt-ids", "1,x"], "--prompt-ids"),
+        (["--prompt-ids", "1", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["--prompt-ids", "1"], ".safetensors"),  # every argument passed: the weights are read, and refused
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            generate.main([*common, *args])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        generate.main(["--checkpoint", "", "--prompt-ids", "1"])
+    assert exit_.value.code == 2 and "--checkpoint: expected a directory" in capsys.readouterr().err
+
+
+def test_an_on_token_that_raises_leaves_the_model_usable(tmp_path, rng):
+    """An exception from `on_token` (or an interrupt) mid-`generate` propagates; the model's lanes, slots and unread
+    steps are released, so the next `generate` decodes as a fresh model does."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=2)
+    requests = [Request([1, 2], 6), Request([3], 5)]
+
+    def fail(index: int, token: int) -> None:
+        raise KeyError("stop")
+
+    with pytest.raises(KeyError, match="stop"):
+        model.generate(requests, fail)
+    assert model.generate(requests) == ours(tmp_path, "float32", batch=2).generate(requests)
+    with pytest.raises(ArgumentError, match="requests: expected Request objects"):
+        model.generate([([1, 2], 3)])
 
 
 def test_generate_cli_refuses_cuda_without_a_gpu_and_a_negative_seed(tmp_path, rng, capsys, monkeypatch):

@@ -12,7 +12,9 @@ tokens. Finished lanes and their slots are handed to the next requests.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import reprlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -187,21 +189,40 @@ class Model:
         GPU always has a step queued (a freed lane sits out that one step)."""
         queue = deque(enumerate(requests))
         for _, request in queue:
+            if not isinstance(request, Request):
+                raise ArgumentError(f"requests: expected Request objects, got {reprlib.repr(request)}")
             check_request(self.cfg, request, self.sampling)
         out: list[list[int]] = [[] for _ in queue]
         owner: dict[int, int] = {}  # lane -> request index
         previous = None
-        while queue or owner:
-            while queue and self._free_lanes:
-                index, request = queue.popleft()
-                owner[self.start(request)] = index
-            ticket = self.launch()
+        try:
+            while queue or owner:
+                while queue and self._free_lanes:
+                    index, request = queue.popleft()
+                    owner[self.start(request)] = index
+                ticket = self.launch()
+                if previous is not None:
+                    self._collect(self.events(previous), owner, out, on_token)
+                previous = ticket
             if previous is not None:
-                self._collect(self.events(previous), owner, out, on_token)
-            previous = ticket
-        if previous is not None:
-            self.events(previous)  # a step launched after the last lane finished: nothing live in it
+                self.events(previous)  # a step launched after the last lane finished: nothing live in it
+        except BaseException:  # on_token raised, or the run was interrupted: the model stays usable
+            with contextlib.suppress(Exception):  # (after a CUDA error it may not be: the first error is raised)
+                self._abandon(owner)
+            raise
         return out
+
+    def _abandon(self, lanes) -> None:
+        """After a `generate` that did not finish: every unread step read, then `lanes` stopped and freed."""
+        for ticket in sorted(self._unread):
+            self.events(ticket)
+        live = [lane for lane in lanes if lane in self._lane_slot]
+        slots = self.inputs["slots"].numpy()
+        slots[live] = -1
+        self.inputs["slots"].copyfrom(slots)
+        for lane in live:
+            self._free_lanes.append(lane)
+            self._free_slots.append(self._lane_slot.pop(lane))
 
     def _collect(self, events, owner: dict[int, int], out, on_token) -> None:
         for lane, index in list(owner.items()):
@@ -252,6 +273,8 @@ def _token_ids(name: str, ids) -> list[int]:
 def _float32(name: str, value) -> np.float32:
     """`value` as the sampler holds it (float32): `ArgumentError` naming `name` where it is not a number, is not
     finite there, or is nonzero and rounds to zero there."""
+    if isinstance(value, bool | np.bool_ | str | bytes) or np.ndim(value) != 0:
+        raise ArgumentError(f"{name}: expected a number, got {reprlib.repr(value)}")
     try:
         with np.errstate(over="ignore", under="ignore"):
             held = np.float32(value)

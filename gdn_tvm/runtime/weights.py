@@ -75,6 +75,8 @@ def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -
         raise ArgumentError(f"{what} weights: missing {missing}")
     for name, want in expected.items():
         w = weights[name]
+        if not hasattr(w, "shape") or not hasattr(w, "dtype"):
+            raise ArgumentError(f"weight {name}: expected an array, got {type(w).__name__}")
         if tuple(w.shape) != want.shape:
             raise ArgumentError(f"weight {name}: expected shape {want.shape}, got {tuple(w.shape)}")
         accepted = dict.fromkeys((want.dtype, "float32"))
