@@ -220,14 +220,14 @@ def test_generate_refills_lanes_stops_at_eos_and_samples_reproducibly(tmp_path, 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("prompt", [], "prompt"),
+        ("prompt", [], "prompt: expected 1 to 96 integer token ids, got none"),
         ("prompt", [1, 10**6], "prompt"),
         ("max_new_tokens", 0, "max_new_tokens"),
         ("temperature", float("nan"), "temperature"),
         ("top_p", 0.0, "top_p"),
         ("top_p", 1e-50, "top_p: 1e-50 is not a finite float32"),  # zero as the sampler holds it
         ("temperature", 1e39, "temperature: 1e\\+39 is not a finite float32"),
-        ("seed", 2**70, "seed"),
+        ("seed", 2**70, r"seed: expected an int in \[-2\^31, 2\^63\)"),
         ("temperature", "0.5", "temperature: expected a number"),
         ("temperature", True, "temperature: expected a number"),
         ("top_p", np.array([0.5, 0.9]), "top_p: expected a number"),

@@ -241,7 +241,8 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
     V, L = cfg.model.vocab_size, cfg.max_len
     prompt = np.asarray(request.prompt)
     if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
-        raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {prompt.shape} {prompt.dtype}")
+        got = "none" if prompt.size == 0 else f"{prompt.shape} {prompt.dtype}"
+        raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {got}")
     if prompt.min() < 0 or prompt.max() >= V:
         raise ArgumentError(f"prompt: token ids must be in [0, {V}), got {prompt.min()}..{prompt.max()}")
     if not is_integer(request.max_new_tokens) or request.max_new_tokens < 1:
@@ -252,9 +253,9 @@ def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) ->
     if not 0 < top_p <= 1:
         raise ArgumentError(f"top_p: expected a number in (0, 1] (float32), got {request.top_p}")
     for name in ("top_k", "seed"):
-        value = getattr(request, name)
-        if not is_integer(value) or not -(2**31) <= value < 2 ** (63 if name == "seed" else 31):
-            raise ArgumentError(f"{name}: expected an int, got {value!r}")
+        value, bits = getattr(request, name), 63 if name == "seed" else 31
+        if not is_integer(value) or not -(2**31) <= value < 2**bits:
+            raise ArgumentError(f"{name}: expected an int in [-2^31, 2^{bits}), got {value!r}")
     fields = {"max_new_tokens": int(request.max_new_tokens), "temperature": temperature, "top_p": top_p}
     return prompt.astype(np.int32), fields | {"top_k": int(request.top_k), "seed": int(request.seed)}
 
