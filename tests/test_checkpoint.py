@@ -299,6 +299,34 @@ def test_shards_load_together_and_a_tensor_in_two_is_refused(tmp_path, rng):
         load_checkpoint(tmp_path)
 
 
+def test_an_index_names_the_shards_read_and_each_must_exist(tmp_path, rng):
+    """With model.safetensors.index.json the shards of its weight_map are read and a stray file beside them is not;
+    a shard it names that is missing, or an index that is not one, is refused naming the index."""
+    raw = write_checkpoint(tmp_path, rng, fused=True, prefix="model.layers.")
+    whole = load_checkpoint(tmp_path).arrays()
+    names = sorted(raw)
+    (tmp_path / "model.safetensors").unlink()
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    save_file({k: raw[k] for k in names[:10]}, str(tmp_path / shards[0]))
+    save_file({k: raw[k] for k in names[10:]}, str(tmp_path / shards[1]))
+    save_file({names[0]: raw[names[0]]}, str(tmp_path / "stray-backup.safetensors"))  # not in the index
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {k: shards[i >= 10] for i, k in enumerate(names)}
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    indexed = load_checkpoint(tmp_path).arrays()
+    assert sorted(indexed) == sorted(whole) and all(np.array_equal(whole[k], indexed[k]) for k in whole)
+    (tmp_path / shards[1]).unlink()
+    with pytest.raises(CheckpointError, match=rf"index\.json: weight_map names '{shards[1]}', which is not a file"):
+        load_checkpoint(tmp_path)
+    for text, message in (("{not json", "not a JSON file"), ('{"weight_map": [1]}', "weight_map: expected an object")):
+        index.write_text(text)
+        with pytest.raises(CheckpointError, match=rf"^{re.escape(str(index))}: {message}"):
+            load_checkpoint(tmp_path)
+    index.write_text(json.dumps({"weight_map": {names[0]: "../model-00001-of-00002.safetensors"}}))
+    with pytest.raises(CheckpointError, match="which is not a file beside it"):
+        load_checkpoint(tmp_path)
+
+
 BAD_CONFIG_FIELDS = {  # dotted field: a value it must refuse
     "hidden_size=64.0": ("hidden_size", 64.0),
     "hidden_size=true": ("hidden_size", True),

@@ -17,7 +17,8 @@ the file at fault (`config.json`, a `.safetensors` shard, or `<dir>/*.safetensor
 names the field or tensor: config fields by type and range, shards by the safetensors library's own validation
 (it refuses a truncated, padded, empty or random file, and a header that is not JSON or whose offsets do not tile
 the data exactly), tensors read by dtype (floating only), shape and value (finite as stored weights). A tensor in
-two shards is refused. Tensors the loader does not read (vision tower, MTP head) are not checked.
+two shards is refused. Where `model.safetensors.index.json` is present, the shards it names are read (others in the
+folder are not), each of which must exist. Tensors the loader does not read (vision tower, MTP head) are not checked.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from gdn_tvm.plan import WEIGHTS, block_weights, model_weights, stored_dtype
 from gdn_tvm.signature import ArgumentError
 
 PREFIXES = ("model.language_model.layers.", "model.layers.")
+INDEX = "model.safetensors.index.json"  # where present, the shards it names are the checkpoint's (as in transformers)
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors dtype names the loader reads
 # ModelConfig field -> config.json field, each an integer >= 1
 SIZES = {
@@ -242,13 +244,28 @@ def _open(file: Path) -> safe_open:
         raise CheckpointError(f"{file}: not a valid safetensors file ({e})") from None
 
 
+def _indexed_shards(index: Path) -> list[Path]:
+    """The shards an index file's `weight_map` names (tensor name -> shard file name in the index's folder), each a
+    file: `CheckpointError` naming the index and what is wrong."""
+    weight_map = _Section(_read_config(index), str(index)).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index}: weight_map: expected an object of tensor -> shard file name")
+    shards = []
+    for name in sorted(set(weight_map.values())):
+        shard = index.parent / name
+        if Path(name).name != name or not shard.is_file():
+            raise CheckpointError(f"{index}: weight_map names {name!r}, which is not a file beside it")
+        shards.append(shard)
+    return shards
+
+
 class _Tensors:
     """The tensors of a checkpoint's `*.safetensors` shards, by name, memory-mapped and read when asked for."""
 
     def __init__(self, path: Path, weight_dtype: str):
         self.files, self.weight_dtype = f"{path}/*.safetensors", weight_dtype
         self._where: dict[str, tuple[Path, safe_open]] = {}  # tensor name -> (shard, its safetensors handle)
-        for file in sorted(path.glob("*.safetensors")):
+        for file in _indexed_shards(path / INDEX) if (path / INDEX).exists() else sorted(path.glob("*.safetensors")):
             handle = _open(file)
             for key in handle.keys():
                 if key in self._where:
