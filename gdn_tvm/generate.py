@@ -69,6 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
 
 
+def _text(tokenizer, tokens: list[int]) -> str:
+    """`tokens` decoded, an id the tokenizer lacks (a padded vocabulary's) shown as `<id>` rather than dropped."""
+    known = [t for t in tokens if tokenizer.id_to_token(t) is not None]
+    if len(known) == len(tokens):
+        return tokenizer.decode(tokens)
+    return "".join(tokenizer.decode([t]) if t in known else f"<{t}>" for t in tokens)
+
+
 def _step_bytes(plan, role: str | None = None) -> int:
     """Bytes a model step's buffers take on its device: weights, states, caches, activations (views share theirs);
     those of one `role` only where given."""
@@ -101,6 +109,11 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 tokenizer = Tokenizer.from_file(str(vocabulary))
             except Exception as err:  # the tokenizers package raises plain Exceptions
                 raise ValueError(f"{vocabulary}: unreadable: {err}") from None
+            if tokenizer.get_vocab_size() > m.vocab_size:  # its ids would index past the embedding
+                raise ValueError(
+                    f"{vocabulary}: {tokenizer.get_vocab_size()} tokens, the model's vocab_size is "
+                    f"{m.vocab_size}: not this model's tokenizer"
+                )
     else:
         m = preset(args.preset)
     if args.prompt is not None:
@@ -165,14 +178,14 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     def on_token(index: int, token: int) -> None:
         arrivals.append(time.perf_counter())
         if index == 0 and args.batch == 1:
-            print(tokenizer.decode([token]) if tokenizer else f"{token} ", end="", flush=True)
+            print(_text(tokenizer, [token]) if tokenizer else f"{token} ", end="", flush=True)
 
     start = time.perf_counter()
     out = model.generate(requests, on_token)
     print()
     if args.batch > 1:
         for i, tokens in enumerate(out):
-            print(f"[{i}] " + (tokenizer.decode(tokens) if tokenizer else " ".join(map(str, tokens))))
+            print(f"[{i}] " + (_text(tokenizer, tokens) if tokenizer else " ".join(map(str, tokens))))
     if arrivals:
         first, last = arrivals[0] - start, arrivals[-1] - arrivals[0]
         decoded = len(arrivals) - args.batch  # tokens after each lane's first

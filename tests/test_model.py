@@ -400,6 +400,30 @@ def test_generate_cli_names_a_bad_checkpoint_file(tmp_path, rng, capsys, file, t
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_generate_cli_refuses_another_models_tokenizer_and_shows_ids_it_lacks(tmp_path, rng, capsys):
+    """A tokenizer with more tokens than the model's vocabulary is another model's: exit status 2 naming it. A
+    generated id that a smaller tokenizer lacks (a padded vocabulary's) is shown as `<id>`, not dropped."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from gdn_tvm import generate
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    big = {f"w{i}": i for i in range(TINY["vocab_size"] + 1)}
+    Tokenizer(models.WordLevel(big, unk_token="w0")).save(str(tmp_path / "tokenizer.json"))
+    args = ["--checkpoint", str(tmp_path), "--target", "llvm", "--max-len", "96", "--split-len", "32"]
+    with pytest.raises(SystemExit) as exit_:
+        generate.main([*args, "--prompt", "w1 w2"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "tokenizer.json: 321 tokens, the model's vocab_size is 320" in err
+    small = Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a"))
+    small.pre_tokenizer = pre_tokenizers.Whitespace()
+    small.save(str(tmp_path / "tokenizer.json"))
+    expect = ours(tmp_path, "bfloat16").generate([Request([0, 1], 4)])[0]
+    assert generate.main([*args, "--prompt", "a b", "--max-new-tokens", "4"]) == 0
+    shown = "".join("a" if t == 0 else "b" if t == 1 else f"<{t}>" for t in expect)
+    assert capsys.readouterr().out.strip() == shown
+
+
 def test_generate_cli_names_a_prompt_the_tokenizer_cannot_encode(tmp_path, rng, capsys):
     """A word-level tokenizer without an unknown token cannot encode a word it lacks: exit status 2 naming --prompt
     and the tokenizer's file, not the tokenizers package's traceback."""
