@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from gdn_tvm.config import DEFAULT_PRESET, DTYPE_FIELDS, DTYPES, HEAD_MAPPINGS, PRESETS, DecodeConfig, preset
@@ -56,10 +57,15 @@ def decode_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(str(err))
 
 
-def folder(parser: argparse.ArgumentParser, option: str, path: str) -> str:
-    """`path`, which `option` names as a folder to read or write: exits through `parser.error` where it is a file."""
+def folder(parser: argparse.ArgumentParser, option: str, path: str, write: bool = True) -> str:
+    """`path`, which `option` names as a folder to read or (`write`) to write: exits through `parser.error` where it
+    is a file, or where it is to be written and its nearest existing folder is a file or cannot be written."""
     if Path(path).exists() and not Path(path).is_dir():
         parser.error(f"{option} {path}: not a folder")
+    if write:
+        existing = next(p for p in (Path(path).absolute(), *Path(path).absolute().parents) if p.exists())
+        if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+            parser.error(f"{option} {path}: cannot be written ({existing} is not a writable folder)")
     return path
 
 
@@ -72,6 +78,9 @@ def op_names(parser: argparse.ArgumentParser, args: argparse.Namespace, cfg: Dec
     if args.ops == "model":  # with sampling and greedy
         return model_ops(cfg)
     names = args.ops.split(",")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        parser.error(f"--ops names {twice} more than once")
     unknown = [n for n in names if n not in OPS]
     if unknown:
         parser.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")

@@ -212,6 +212,17 @@ class DecodeConfig:
         for field in DTYPE_FIELDS:
             if getattr(self, field) not in DTYPES:
                 raise ValueError(f"{field} must be one of {tuple(DTYPES)}, got {getattr(self, field)!r}")
+        m = self.model  # arrays the kernels index with int32 (the KV caches' are int64)
+        for field, what, elements in (
+            ("slots", "the recurrent state pool", self.slots * m.n_v_heads * m.head_v_dim * m.head_k_dim),
+            ("slots", "the conv state pool", self.slots * m.conv_dim * (m.conv_kernel - 1)),
+            ("batch", "the logits", self.batch * m.vocab_size),
+        ):
+            if elements >= 2**31:
+                raise ValueError(
+                    f"{field}={getattr(self, field)}: {what} would hold {elements} elements, past the 2**31 the "
+                    "kernels index with int32"
+                )
 
     @property
     def n_splits(self) -> int:

@@ -295,6 +295,22 @@ def test_nan_weight_is_rejected_by_name():
         HybridStack(cfg, {}, tvm.cpu(), layer_types=("gdn",), weights=[w])
 
 
+@pytest.mark.parametrize("layer_types", ["gdn", (), ("gdn", "mamba"), (1,)])
+def test_layer_types_that_are_not_layer_kinds_are_refused_by_name(layer_types):
+    cfg = CASES["0.8b-B1"]
+    with pytest.raises(ArgumentError, match="layer_types: expected a non-empty sequence of"):
+        HybridStack(cfg, {}, tvm.cpu(), layer_types=layer_types)
+
+
+def test_a_cpu_stack_refuses_to_capture_a_cuda_graph_and_writes_nothing():
+    stack = make_stack("0.8b-B1", ("gdn",), seed=0)
+    before = [t.numpy().copy() for layer in stack.layers for t in layer.states]
+    with pytest.raises(RuntimeError, match=r"capture\(\) makes CUDA graphs: this stack runs on cpu"):
+        stack.capture()
+    after = [t.numpy() for layer in stack.layers for t in layer.states]
+    assert all(np.array_equal(a, b) for a, b in zip(after, before, strict=True))
+
+
 def test_float32_weight_past_bf16_range_is_rejected_by_name():
     """A float32 weight finite in float32 but rounding to inf in a bf16 stack's storage (from 0x7F7F8000 up) is
     refused, naming it; the largest one that rounds to a finite bf16 is taken."""

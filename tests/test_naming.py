@@ -69,6 +69,23 @@ def test_a_dtype_outside_the_table_is_refused_by_field_name(field):
         BASE.replace(**{field: "float16"})
 
 
+def test_arrays_the_kernels_index_with_int32_are_held_under_2_31_elements():
+    """The recurrent and conv state pools (by slots) and the logits (by lanes) index with int32: a config that would
+    pass 2**31 elements in one is refused naming the field; the largest that fits is taken."""
+    m = BASE.model
+    per_slot = m.n_v_heads * m.head_v_dim * m.head_k_dim
+    BASE.replace(slots=(2**31 - 1) // per_slot)
+    with pytest.raises(ValueError, match=r"slots=\d+: the recurrent state pool would hold"):
+        BASE.replace(slots=(2**31 - 1) // per_slot + 1)
+    small = BASE.replace(n_k_heads=1, n_v_heads=1, head_v_dim=2, conv_kernel=2)  # the conv pool the larger
+    conv = small.model.conv_dim * (small.model.conv_kernel - 1)
+    with pytest.raises(ValueError, match=r"slots=\d+: the conv state pool would hold"):
+        small.replace(slots=(2**31 - 1) // conv + 1)
+    lanes = (2**31 - 1) // m.vocab_size + 1
+    with pytest.raises(ValueError, match=rf"batch={lanes}: the logits would hold"):
+        small.replace(batch=lanes, slots=lanes)
+
+
 @pytest.mark.parametrize(
     "change",
     [

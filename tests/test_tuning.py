@@ -173,6 +173,8 @@ def test_commands_report_a_missing_record_and_an_unknown_op(tmp_path, capsys):
         (["--split-len", "0"], "split_len must be"),
         (["--preset", "qwen3.5-35b-a3b", "--ops", "sigmoid_gate,gemv_gate_up_proj_swiglu"], "not an op of"),
         (["--work-dir", "{file}"], "not a folder"),
+        (["--slots", "8193"], "slots=8193: the recurrent state pool would hold 2147745792 elements"),
+        (["--ops", "sigmoid_gate,gates,sigmoid_gate"], "--ops names ['sigmoid_gate'] more than once"),
     ],
 )
 @pytest.mark.parametrize("command", ["build", "tune"])
@@ -195,6 +197,13 @@ def test_build_refuses_an_out_folder_that_is_a_file_and_tune_negative_trials(tmp
     with pytest.raises(SystemExit):
         tune_main([*SHAPE_ARGS, "--trials", "-5", "--work-dir", str(tmp_path)])
     assert "--trials: expected 0 or more, got -5" in capsys.readouterr().err
+    for command, option in ((build_main, "--out"), (tune_main, "--work-dir")):  # a folder under a file
+        with pytest.raises(SystemExit) as exit_:
+            command([*SHAPE_ARGS, "--work-dir", str(tmp_path), option, str(file / "sub")])
+        assert exit_.value.code == 2
+        assert (
+            f"{option} {file / 'sub'}: cannot be written ({file} is not a writable folder)" in capsys.readouterr().err
+        )
 
 
 def _written_log(root: Path, record_line: str):

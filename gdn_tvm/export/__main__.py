@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     start = time.perf_counter()
     cfg = decode_config(p, args)
-    logs, out = folder(p, "--work-dir", args.work_dir), folder(p, "--out", args.out)
+    logs, out = folder(p, "--work-dir", args.work_dir, write=False), folder(p, "--out", args.out)
     try:
         path = build(cfg, by_name(args.target), logs, out, args.allow_hand, op_names(p, args, cfg))
     except (MissingRecordError, TuningLogError) as err:

@@ -58,9 +58,9 @@ class CudaGraph:
     ):
         from cuda.bindings import runtime as cudart
 
+        self._owns_stream = stream is None
         self._cudart = cudart
         cuda_check(cudart.cudaSetDevice(device_id))
-        self._owns_stream = stream is None
         self.stream = cuda_check(cudart.cudaStreamCreate()) if stream is None else stream
         dev = tvm_ffi.device(f"cuda:{device_id}")
         cuda_check(

@@ -11,6 +11,7 @@ import numpy as np
 import tvm
 
 from gdn_tvm.config import DecodeConfig
+from gdn_tvm.plan import WEIGHTS
 from gdn_tvm.runtime.graph import CudaGraph
 from gdn_tvm.runtime.layers import Kernels, Layer, StepBuffers, bind_layer
 from gdn_tvm.runtime.weights import random_weights
@@ -28,6 +29,14 @@ def locked(method: _Method) -> _Method:
             return method(self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+def _layer_kinds(layer_types) -> tuple[str, ...]:
+    """`layer_types` as a tuple of layer kinds (`plan.WEIGHTS`' keys): `ArgumentError` naming it otherwise."""
+    kinds = () if isinstance(layer_types, str) else tuple(layer_types)
+    if not kinds or not all(isinstance(k, str) and k in WEIGHTS for k in kinds):
+        raise ArgumentError(f"layer_types: expected a non-empty sequence of {sorted(WEIGHTS)}, got {layer_types!r}")
+    return kinds
 
 
 class HybridStack:
@@ -54,7 +63,7 @@ class HybridStack:
     ):
         self.cfg = cfg
         self.device = device
-        self.layer_types = tuple(layer_types or cfg.model.layer_types)
+        self.layer_types = cfg.model.layer_types if layer_types is None else _layer_kinds(layer_types)
         if weights is None:
             rng = np.random.default_rng(seed)
             weights = [random_weights(cfg.model, kind, rng) for kind in self.layer_types]
@@ -117,6 +126,8 @@ class HybridStack:
     @locked
     def capture(self) -> None:
         """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
+        if self.device.dlpack_device_type() != tvm.cuda().dlpack_device_type():
+            raise RuntimeError(f"capture() makes CUDA graphs: this stack runs on {self.device}")
         skip = np.full(self.cfg.batch, -1, np.int32)
         self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
         self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes
