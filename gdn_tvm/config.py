@@ -214,9 +214,9 @@ class DecodeConfig:
                 raise ValueError(f"{field} must be one of {tuple(DTYPES)}, got {getattr(self, field)!r}")
         m = self.model  # arrays the kernels index with int32 (the KV caches' are int64)
         for field, what, elements in (
+            ("batch", "the logits", self.batch * m.vocab_size),
             ("slots", "the recurrent state pool", self.slots * m.n_v_heads * m.head_v_dim * m.head_k_dim),
             ("slots", "the conv state pool", self.slots * m.conv_dim * (m.conv_kernel - 1)),
-            ("batch", "the logits", self.batch * m.vocab_size),
         ):
             if elements >= 2**31:
                 raise ValueError(
