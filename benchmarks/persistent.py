@@ -86,8 +86,9 @@ def build(out: Path, presets: list[str], layers: int, only: str = "", fused: boo
             return [OPS[op].schedule(cfg, "cuda", **KNOBS.get(op, {})).mod["main"] for op in ops]
 
         modules = dict(zip(ops, scheduled(), strict=True))
-        for op, f in zip(ops, scheduled() if fused else [], strict=False):  # on its own CTAs: each runs one
-            modules[f"solo-{op}"] = fuse([f], int(f.body.block.body.extent))
+        if fused:
+            for op, f in zip(ops, scheduled(), strict=True):  # on its own CTAs: each runs one, as launched
+                modules[f"solo-{op}"] = fuse([f], int(f.body.block.body.extent))
         weights = [[a.name for a in OPS[op].signature(cfg) if a.role == "weight"] for op in ops]
         variants = [f"{SMS * k}{tail}" for k in CTAS_PER_SM for tail in ("", "-prefetch")] if fused else []
         for variant in variants:
@@ -172,7 +173,7 @@ class Stack:
             t.copyfrom(v)
 
 
-def _error(got: np.ndarray, want: np.ndarray) -> float:
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     """Relative L-infinity error of `got` against `want` (NaN where either holds a NaN the other does not)."""
     if not np.array_equal(np.isnan(got), np.isnan(want)):
         return float("nan")
@@ -225,7 +226,7 @@ def _check(stack: Stack, way: str, start: list, want: list, entry: dict) -> str 
     for func, args in stack.calls(way):
         func(*args)
     tvm.cuda(0).sync()
-    error = max(_error(got, w) for got, w in zip(stack.snapshot(), want, strict=True))
+    error = max(relative_error(got, w) for got, w in zip(stack.snapshot(), want, strict=True))
     left = stack.sync.numpy().tolist()
     entry[f"{kind}_vs_launches"], entry[f"{kind}_sync_left"] = error, left
     if not error <= TOLERANCE or any(left):  # NaN fails too

@@ -48,6 +48,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from benchmarks.persistent import relative_error
 from gdn_tvm.config import ModelConfig, preset
 from gdn_tvm.target import DEFAULT_GPU
 
@@ -186,7 +187,7 @@ def check(layout: Layout, before: np.ndarray, after: np.ndarray) -> float:
                 (_floats(after, s.y, s.rows), (new * q).sum(1) / math.sqrt(DK)),
                 (_floats(after, s.w, s.rows * DK).reshape(s.rows, DK), new),
             ]
-        errors += [_error(got, want) for got, want in pairs]
+        errors += [relative_error(got, want) for got, want in pairs]
     return float(np.max(errors))  # NaN where any is
 
 
@@ -208,13 +209,6 @@ def _bf16_bits(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     magnitude = np.float32(cols**-0.5).view(np.uint32)
     magnitude = np.uint16((magnitude + 0x7FFF + ((magnitude >> 16) & 1)) >> 16)  # to the nearest even bf16
     return (np.frombuffer(rng.bytes(2 * rows * cols), dtype=np.uint16) & 0x8000) | magnitude
-
-
-def _error(got: np.ndarray, want: np.ndarray) -> float:
-    """Relative L-inf error (NaN where `got` holds one)."""
-    if np.isnan(got).any():
-        return float("nan")
-    return float(np.abs(got - want).max() / max(float(np.abs(want).max()), 1e-30))
 
 
 @dataclass(frozen=True)

@@ -142,10 +142,9 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             f"--batch {args.batch}, --max-len {args.max_len}: the step's buffers take {need / 2**30:.1f} GiB, "
             f"the {'GPU' if on_gpu else 'host'} has {have / 2**30:.1f} GiB"
         )
-    if on_gpu and held > memory_bytes(tvm.cpu(0)):
+    if on_gpu and held > (host := memory_bytes(tvm.cpu(0))):
         parser.error(
-            f"{m.name}: its weights take {held / 2**30:.1f} GiB of host memory, the host has "
-            f"{memory_bytes(tvm.cpu(0)) / 2**30:.1f} GiB"
+            f"{m.name}: its weights take {held / 2**30:.1f} GiB of host memory, the host has {host / 2**30:.1f} GiB"
         )
     draw = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **draw) for i in range(args.batch)]

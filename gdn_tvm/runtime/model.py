@@ -29,7 +29,7 @@ from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
 from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
 from gdn_tvm.runtime.layers import Kernels, Layer, write_row
-from gdn_tvm.runtime.stack import locked
+from gdn_tvm.runtime.stack import locked, require_cuda
 from gdn_tvm.signature import ArgumentError, is_integer
 
 # The lanes' inputs at rest: no lane active (slot -1), sampling greedy, no stop ids (-1), valid everywhere else.
@@ -94,8 +94,7 @@ class Model:
     def capture(self) -> None:
         """Capture the step as two CUDA graphs (each copying its events to its own pinned host buffer); later steps
         replay them in turn. One eager step with no lane active first loads every kernel."""
-        if self.device.dlpack_device_type() != tvm.cuda().dlpack_device_type():
-            raise RuntimeError(f"capture() makes CUDA graphs: this model runs on {self.device}")
+        require_cuda(self.device, "model")
         if self._lane_slot:
             raise RuntimeError("capture() with lanes in flight: capture before starting requests")
         self.bound.run()

@@ -31,6 +31,12 @@ def locked(method: _Method) -> _Method:
     return run  # type: ignore[return-value]
 
 
+def require_cuda(device: tvm.runtime.Device, owner: str) -> None:
+    """`RuntimeError` unless `device` is a CUDA GPU: `capture()` makes CUDA graphs (`owner`: whose)."""
+    if device.dlpack_device_type() != tvm.cuda().dlpack_device_type():
+        raise RuntimeError(f"capture() makes CUDA graphs: this {owner} runs on {device}")
+
+
 def _layer_kinds(layer_types) -> tuple[str, ...]:
     """`layer_types` as a tuple of layer kinds (`plan.WEIGHTS`' keys): `ArgumentError` naming it otherwise."""
     kinds = () if isinstance(layer_types, str) else tuple(layer_types)
@@ -126,8 +132,7 @@ class HybridStack:
     @locked
     def capture(self) -> None:
         """Capture the whole step as one CUDA graph (after one eager warm-up that touches no state)."""
-        if self.device.dlpack_device_type() != tvm.cuda().dlpack_device_type():
-            raise RuntimeError(f"capture() makes CUDA graphs: this stack runs on {self.device}")
+        require_cuda(self.device, "stack")
         skip = np.full(self.cfg.batch, -1, np.int32)
         self.write_inputs(np.zeros((self.cfg.batch, self.cfg.model.hidden), np.float32), np.zeros_like(skip), skip)
         self.run()  # loads every kernel's module before capture; slot -1 everywhere: no state changes
