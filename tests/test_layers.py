@@ -302,6 +302,12 @@ def test_layer_types_that_are_not_layer_kinds_are_refused_by_name(layer_types):
         HybridStack(cfg, {}, tvm.cpu(), layer_types=layer_types)
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "0", None])
+def test_a_seed_that_numpy_cannot_take_is_refused_by_name(seed):
+    with pytest.raises(ArgumentError, match=r"seed: expected an int >= 0, got"):
+        HybridStack(CASES["0.8b-B1"], {}, tvm.cpu(), layer_types=("gdn",), seed=seed)
+
+
 def test_a_cpu_stack_refuses_to_capture_a_cuda_graph_and_writes_nothing():
     stack = make_stack("0.8b-B1", ("gdn",), seed=0)
     before = [t.numpy().copy() for layer in stack.layers for t in layer.states]

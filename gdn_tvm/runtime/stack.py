@@ -71,6 +71,8 @@ class HybridStack:
         self.device = device
         self.layer_types = cfg.model.layer_types if layer_types is None else _layer_kinds(layer_types)
         if weights is None:
+            if not is_integer(seed) or seed < 0:
+                raise ArgumentError(f"seed: expected an int >= 0, got {seed!r}")
             rng = np.random.default_rng(seed)
             weights = [random_weights(cfg.model, kind, rng) for kind in self.layer_types]
         if len(weights) != len(self.layer_types):
