@@ -231,6 +231,24 @@ def test_corrupt_log_is_an_error_naming_the_file(tmp_path):
         records.lookup(tmp_path / "packed", w)
 
 
+@pytest.mark.parametrize("broken", [records.HASH, records.RECORDS])
+def test_an_unreadable_log_is_tuned_afresh_with_force_as_its_error_says(tmp_path, broken, capsys):
+    """Without --force the tuner and the build stop naming the file and saying to pass it; with it, the log is
+    replaced."""
+    w, folder = _written_log(tmp_path, "[0, [[[], []], [1e-05")
+    if broken == records.HASH:
+        (folder / records.HASH).write_text('{"structural_hash": ')
+    with pytest.raises(records.TuningLogError, match=rf"{folder / broken}: "):
+        tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=0, echo=quiet)
+    command = [*SHAPE_ARGS, "--ops", "sigmoid_gate", "--work-dir", str(tmp_path)]
+    assert tune_main(command) == build_main([*command, "--out", str(tmp_path / "build")]) == 1
+    err = capsys.readouterr().err
+    assert err.count(f"error: {folder / broken}: ") == 2 and err.count(records.FORCE_HINT) == 2
+    (result,) = tune(CFG, llvm(), ["sigmoid_gate"], tmp_path, trials=0, force=True, echo=quiet)
+    assert result.status == "tuned" and result.note.startswith(f"replaced an unreadable log ({folder / broken}: ")
+    assert records.lookup(tmp_path, w).record is not None
+
+
 def test_a_log_of_an_earlier_definition_is_replaced_and_said(tuned_logs, tmp_path):
     """A log whose workload hash is of another definition (the op changed since it was tuned): `make build` names
     the file and says to re-tune; the tuner tunes afresh and says it replaced the log."""

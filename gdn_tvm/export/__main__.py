@@ -10,7 +10,7 @@ import time
 from gdn_tvm.cli import add_arguments, decode_config, folder, op_names
 from gdn_tvm.export.artifact import build
 from gdn_tvm.target import by_name
-from gdn_tvm.tuning.records import MissingRecordError, TuningLogError
+from gdn_tvm.tuning.records import FORCE_HINT, MissingRecordError, TuningLogError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     logs, out = folder(p, "--work-dir", args.work_dir, write=False), folder(p, "--out", args.out)
     try:
         path = build(cfg, by_name(args.target), logs, out, args.allow_hand, op_names(p, args, cfg))
-    except (MissingRecordError, TuningLogError) as err:
+    except MissingRecordError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except TuningLogError as err:
+        print(f"error: {err}\n({FORCE_HINT})", file=sys.stderr)
         return 1
     print(f"wrote {path} in {time.perf_counter() - start:.0f} s")
     return 0

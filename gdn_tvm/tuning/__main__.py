@@ -21,7 +21,7 @@ from gdn_tvm.cli import add_arguments, decode_config, folder, op_names
 from gdn_tvm.registry import get, workload_groups
 from gdn_tvm.target import by_name, gpu_present
 from gdn_tvm.tuning.driver import BUDGETS, flop_bound, table, tune
-from gdn_tvm.tuning.records import TuningLogError
+from gdn_tvm.tuning.records import FORCE_HINT, TuningLogError
 
 
 def _interrupted(_signum, _frame) -> None:
@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         help="MetaSchedule candidates per workload (default per target; 0 measures the hand schedule only)",
     )
     p.add_argument("--work-dir", default="tuning_logs", help="tuning log root (default: tuning_logs)")
-    p.add_argument("--force", action="store_true", help="tune recorded workloads again (keeps the best)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="tune recorded workloads again (keeps the best; an unreadable log is replaced)",
+    )
     args = p.parse_args(argv)
     target = by_name(args.target)
     kind = target.kind.name
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = tune(cfg, target, names, args.work_dir, trials, args.force, lambda s: print(s, flush=True))
     except TuningLogError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}\n({FORCE_HINT})", file=sys.stderr)
         return 1
     print(table(results))
     print(f"done in {time.perf_counter() - start:.0f} s")

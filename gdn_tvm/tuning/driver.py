@@ -144,9 +144,16 @@ class _Tuner:
         """Tune `w` (or report its record); resumes from the scratch database an interrupted run left."""
         path = records.folder(self.root, w)
         scratch = path / records.SCRATCH
-        stale = ""
-        if records.has_log(path) and records.best(records.open_db(path, w), w) is None:
-            stale = f"replaced the log of an earlier definition of {w.op.name}"  # the op changed since tuning
+        stale, current = "", True
+        if records.has_log(path):
+            try:
+                current = records.best(records.open_db(path, w), w) is not None
+            except records.TuningLogError as err:  # with --force, tuned afresh
+                if not self.force:
+                    raise
+                current, stale = False, f"replaced an unreadable log ({err})"
+        if not current:
+            stale = stale or f"replaced the log of an earlier definition of {w.op.name}"  # the op changed since
             records.drop(path)
             if scratch.exists() and records.best(records.open_scratch(scratch, w.kind), w) is None:
                 shutil.rmtree(scratch)

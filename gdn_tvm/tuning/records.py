@@ -37,6 +37,7 @@ RECORDS = "database_tuning_record.json"  # ... and the tuning records
 PACKED_RECORDS = RECORDS + ".xz"  # ... as a pruned log keeps them (a trace shrinks ~4x)
 HASH = "workload_hash.json"  # a pruned log's workload: {"structural_hash": <the hash of Workload.mod>}
 HASH_FIELD = "structural_hash"
+FORCE_HINT = "python -m gdn_tvm.tuning --force tunes the workload afresh, replacing its log"
 SUMMARY = "summary.json"  # trials, best and hand-schedule microseconds of the last tuning run, CUDA compiler
 SCRATCH = "scratch"  # the full database and MetaSchedule's logs while a workload is tuned
 # summary.json's fields and their types, as the tuner writes them ("compiler" for CUDA only). They report the last
