@@ -18,7 +18,7 @@ from gdn_tvm.config import DecodeConfig
 from gdn_tvm.plan import LIBRARY_GEMM_LANES, LIBRARY_GEMM_MIN_LANES
 from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import load_checkpoint
-from gdn_tvm.runtime.model import Model, Request, checkpoint_weights
+from gdn_tvm.runtime.model import Model, Request, _Graphs, checkpoint_weights
 from gdn_tvm.signature import ArgumentError
 from gdn_tvm.target import llvm
 from gdn_tvm.verify import tolerance
@@ -505,7 +505,7 @@ def test_an_on_token_that_raises_leaves_the_model_usable(tmp_path, rng):
     with pytest.raises(KeyError, match="stop"):
         model.generate(requests, fail)
     assert model.generate(requests) == ours(tmp_path, "float32", batch=2).generate(requests)
-    with pytest.raises(ArgumentError, match="requests: expected Request objects"):
+    with pytest.raises(ArgumentError, match=r"request: expected a Request, got \(\[1, 2\], 3\)"):
         model.generate([([1, 2], 3)])
 
 
@@ -534,3 +534,110 @@ def test_threads_sharing_a_model_each_get_their_requests_tokens(tmp_path, rng):
     for t in threads:
         t.join()
     assert [got[0], got[1]] == alone
+
+
+def test_generate_refuses_lanes_it_does_not_own_and_the_caller_keeps_them(tmp_path, rng):
+    """Each step's events hold every live lane's token: `generate` with a lane started (or a step launched) by the
+    caller is refused before it starts or reads anything, and the caller's request still decodes all its tokens."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=2)
+    request = Request([1, 2], 6)
+    alone = ours(tmp_path, "float32", batch=2).generate([request])[0]
+    lane = model.start(request)
+    ticket = model.launch()
+    with pytest.raises(RuntimeError, match=rf"generate\(\) with lanes \[{lane}\] live and tickets \[{ticket}\] unread"):
+        model.generate([Request([7], 3)])
+    tokens = decode_started(model, lane, ticket)
+    assert tokens == alone
+    assert model.generate([request]) == [alone]
+
+
+def decode_started(model: Model, lane: int, ticket: int) -> list[int]:
+    """`lane`'s tokens from the step of `ticket` (launched, unread) until it finishes."""
+    tokens = []
+    while True:
+        events = model.events(ticket)
+        if events[0, lane] >= 0:
+            tokens.append(int(events[0, lane]))
+        if events[1, lane]:
+            return tokens
+        ticket = model.launch()
+
+
+def test_reset_lanes_from_on_token_ends_generate_saying_so(tmp_path, rng):
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=2)
+    requests = [Request([1, 2], 6), Request([3], 5)]
+    with pytest.raises(RuntimeError, match=r"reset_lanes\(\) was called while it ran"):
+        model.generate(requests, lambda index, token: model.reset_lanes())
+    assert model.generate(requests) == ours(tmp_path, "float32", batch=2).generate(requests)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: m.generate(None), "requests: expected an iterable of Request objects, got None"),
+        (lambda m: m.generate(Request([1], 2)), "requests: expected an iterable of Request objects, got Request"),
+        (lambda m: m.generate([Request([1], 2)], "x"), "on_token: expected a callable or None, got 'x'"),
+        (lambda m: m.start(([1, 2], 3)), r"request: expected a Request, got \(\[1, 2\], 3\)"),
+        (lambda m: m.start(Request([[1], [2, 3]], 3)), r"prompt: expected 1 to 96 integer token ids, got \[\[1\]"),
+    ],
+)
+def test_bad_arguments_of_generate_and_start_are_refused_by_name(tmp_path, rng, call, message):
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32")
+    before = {name: t.numpy().copy() for name, t in model.inputs.items()}
+    with pytest.raises(ArgumentError, match=message):
+        call(model)
+    for name, t in model.inputs.items():
+        np.testing.assert_array_equal(t.numpy(), before[name], err_msg=name)
+    assert model.generate([Request([1, 2], 3)]) == ours(tmp_path, "float32").generate([Request([1, 2], 3)])
+
+
+def test_weights_the_model_would_not_read_are_refused_by_name(tmp_path, rng):
+    """A name the plan lacks (a misspelling, another model's extra layers) is refused, as is weights that are not a
+    mapping and a torch tensor without data; a tied model's `lm_head` is its embedding, as in transformers."""
+    import torch
+
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32")
+    cfg, kernels = model.cfg, _KERNELS[model.cfg, tuple(model_plan(model.cfg, True).ops)]
+    weights = checkpoint_weights(load_checkpoint(tmp_path, "float32"))
+    assert cfg.model.tie_word_embeddings
+    typo = dict(weights) | {"layers.0.input_layernorm.weight": np.full(cfg.model.hidden, np.nan, np.float32)}
+    with pytest.raises(
+        ArgumentError, match=r"model weights: 1 not of this model, e.g. \['layers.0.input_layernorm.weight'\]"
+    ):
+        Model(cfg, kernels, tvm.cpu(), typo)
+    for bad, got in ((None, "NoneType"), (list(weights.items()), "list")):
+        with pytest.raises(ArgumentError, match=f"model weights: expected a mapping of names to arrays, got {got}"):
+            Model(cfg, kernels, tvm.cpu(), bad)
+    meta = dict(weights) | {"norm": torch.empty(cfg.model.hidden, device="meta")}
+    with pytest.raises(
+        ArgumentError, match="weight norm: expected a dense tensor with data, got torch.strided on meta"
+    ):
+        Model(cfg, kernels, tvm.cpu(), meta)
+    head = dict(weights) | {"lm_head": np.zeros((cfg.model.vocab_size, cfg.model.hidden), np.float32)}
+    assert Model(cfg, kernels, tvm.cpu(), head).generate([Request([1, 2], 4)]) == model.generate([Request([1, 2], 4)])
+
+
+@pytest.mark.skipif(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist, reason="a CUDA GPU is present")
+def test_a_device_that_is_not_here_is_refused_by_name(tmp_path, rng):
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32")
+    kernels = _KERNELS[model.cfg, tuple(model_plan(model.cfg, True).ops)]
+    weights = checkpoint_weights(load_checkpoint(tmp_path, "float32"))
+    with pytest.raises(ArgumentError, match=r"device: cuda:0 is not present here \(the model's tensors live on it\)"):
+        Model(model.cfg, kernels, tvm.cuda(0), weights)
+
+
+def test_lanes_that_finish_while_steps_are_timed_are_free_again(tmp_path, rng, monkeypatch):
+    """`elapsed` reads no events: a lane that finishes during it is freed from the slots the step left, so the
+    model takes requests again (the graphs stood in for by eager steps: timing needs a GPU)."""
+    save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
+    model = ours(tmp_path, "float32", batch=1, slots=1)
+    monkeypatch.setattr(_Graphs, "elapsed", lambda graphs, steps: [model.bound.run() for _ in range(steps)] and 0.0)
+    model._readback = object.__new__(_Graphs)
+    model.start(Request([1, 2], 3))
+    assert model.elapsed(8) == 0.0
+    assert not model._lane_slot and list(model._free_lanes) == [0] and list(model._free_slots) == [0]

@@ -29,7 +29,7 @@ from gdn_tvm.plan import model as model_plan
 from gdn_tvm.runtime.checkpoint import Checkpoint
 from gdn_tvm.runtime.graph import CudaGraph, cuda_check, gpu_seconds
 from gdn_tvm.runtime.layers import Kernels, Layer, write_row
-from gdn_tvm.runtime.stack import locked, require_cuda
+from gdn_tvm.runtime.stack import locked, require_cuda, require_present
 from gdn_tvm.signature import ArgumentError, is_integer
 
 # The lanes' inputs at rest: no lane active (slot -1), sampling greedy, no stop ids (-1), valid everywhere else.
@@ -57,7 +57,8 @@ class Model:
 
     `generate(requests)` decodes them all, lanes refilled as requests finish. Lower level: `start(request)` takes a
     free lane, `launch()` runs one step, `events()` reads the events of the step launched last. Every public method
-    holds the model's lock, so threads sharing a model never interleave their lane writes and launches."""
+    holds the model's lock, so threads sharing a model never interleave their lane writes and launches; `generate`
+    holds it for its whole run (two threads' calls run one after the other) and owns every lane meanwhile."""
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class Model:
         stop_ids: Iterable[int] = (),
         sampling: bool = True,
     ):
+        require_present(device, "model")
         self.cfg, self.device, self.sampling = cfg, device, sampling
         plan = model_plan(cfg, sampling)
         B = cfg.batch
@@ -81,12 +83,15 @@ class Model:
             if name == "stop_ids":
                 rest[: len(stops)] = stops
             self.inputs[name] = tvm.runtime.tensor(rest, device)
+        if cfg.model.tie_word_embeddings and isinstance(weights, Mapping):  # the head is the table, as in transformers
+            weights = {name: w for name, w in weights.items() if name != "lm_head"}
         self.bound = Layer(plan, cfg, kernels, weights, self.inputs)
         self.logits = self.bound.tensors["logits"]
         self._events = self.bound.out
         self._free_lanes, self._free_slots = deque(range(B)), deque(range(cfg.slots))
         self._lane_slot: dict[int, int] = {}
         self._unread: set[int] = set()  # tickets of launched steps whose events were not read yet
+        self._resets = 0  # reset_lanes() calls: a generate() running across one has lost its lanes
         self._lock = threading.RLock()
         self._readback: _Eager | _Graphs = _Eager(self.bound, self._events)
 
@@ -164,12 +169,17 @@ class Model:
     @locked
     def elapsed(self, steps: int) -> float:
         """Seconds `steps` back-to-back replayed steps take on the GPU (CUDA events around them; after `capture`).
-        Live lanes advance `steps` positions."""
+        Live lanes advance `steps` positions, their tokens unread; those that finish are free again."""
         if not isinstance(self._readback, _Graphs):
             raise RuntimeError("elapsed() times graph replays: capture() first")
         if self._unread:
             raise RuntimeError(f"elapsed(): the events of tickets {sorted(self._unread)} are unread; read them first")
-        return self._readback.elapsed(steps)
+        seconds = self._readback.elapsed(steps)
+        slots = self.inputs["slots"].numpy()  # their events are not read: a lane that finished is free again
+        for lane in [lane for lane in self._lane_slot if slots[lane] < 0]:
+            self._free_lanes.append(lane)
+            self._free_slots.append(self._lane_slot.pop(lane))
+        return seconds
 
     @locked
     def reset_lanes(self) -> None:
@@ -178,7 +188,9 @@ class Model:
         self._lane_slot.clear()
         self._unread.clear()
         self._free_lanes, self._free_slots = deque(range(self.cfg.batch)), deque(range(self.cfg.slots))
+        self._resets += 1
 
+    @locked
     @locked
     def generate(
         self, requests: Iterable[Request], on_token: Callable[[int, int], None] | None = None
@@ -186,11 +198,19 @@ class Model:
         """Decode every request, lanes refilled as they free up; returns each request's emitted tokens in order, calling
         `on_token(request_index, token)` as each arrives. Step t + 1 is launched before step t's events are read, so the
         GPU always has a step queued (a freed lane sits out that one step)."""
+        if isinstance(requests, Request) or not isinstance(requests, Iterable):
+            raise ArgumentError(f"requests: expected an iterable of Request objects, got {reprlib.repr(requests)}")
+        if on_token is not None and not callable(on_token):
+            raise ArgumentError(f"on_token: expected a callable or None, got {reprlib.repr(on_token)}")
         queue = deque(enumerate(requests))
         for _, request in queue:
-            if not isinstance(request, Request):
-                raise ArgumentError(f"requests: expected Request objects, got {reprlib.repr(request)}")
             check_request(self.cfg, request, self.sampling)
+        if self._lane_slot or self._unread:  # each step's events hold every live lane's token: all lanes are ours
+            raise RuntimeError(
+                f"generate() with lanes {sorted(self._lane_slot)} live and tickets {sorted(self._unread)} unread "
+                "from start()/launch(): read their steps until the lanes finish, or reset_lanes(), first"
+            )
+        resets = self._resets
         out: list[list[int]] = [[] for _ in queue]
         owner: dict[int, int] = {}  # lane -> request index
         previous = None
@@ -202,6 +222,8 @@ class Model:
                 ticket = self.launch()
                 if previous is not None:
                     self._collect(self.events(previous), owner, out, on_token)
+                if self._resets != resets:
+                    raise RuntimeError("generate(): reset_lanes() was called while it ran; its requests are dropped")
                 previous = ticket
             if previous is not None:
                 self.events(previous)  # a step launched after the last lane finished: nothing live in it
@@ -237,8 +259,14 @@ class Model:
 def check_request(cfg: DecodeConfig, request: Request, sampling: bool = True) -> tuple[np.ndarray, dict]:
     """`request`'s prompt as int32 and its other fields as a lane holds them (Python ints, float32), after checking
     every field against `cfg` (and, without `sampling`, that it is greedy): `ArgumentError` naming the field."""
+    if not isinstance(request, Request):
+        raise ArgumentError(f"request: expected a Request, got {reprlib.repr(request)}")
     V, L = cfg.model.vocab_size, cfg.max_len
-    prompt = np.asarray(request.prompt)
+    try:
+        prompt = np.asarray(request.prompt)
+    except (TypeError, ValueError):  # a ragged nesting, or an object numpy cannot hold
+        got = reprlib.repr(request.prompt)
+        raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {got}") from None
     if prompt.ndim != 1 or not 1 <= len(prompt) <= L or prompt.dtype.kind not in "iu":
         got = "none" if prompt.size == 0 else f"{prompt.shape} {prompt.dtype}"
         raise ArgumentError(f"prompt: expected 1 to {L} integer token ids, got {got}")

@@ -37,6 +37,12 @@ def require_cuda(device: tvm.runtime.Device, owner: str) -> None:
         raise RuntimeError(f"capture() makes CUDA graphs: this {owner} runs on {device}")
 
 
+def require_present(device: tvm.runtime.Device, owner: str) -> None:
+    """`ArgumentError` naming `device` unless the TVM runtime sees it (`owner`: whose device)."""
+    if not device.exist:
+        raise ArgumentError(f"device: {device} is not present here (the {owner}'s tensors live on it)")
+
+
 def _layer_kinds(layer_types) -> tuple[str, ...]:
     """`layer_types` as a tuple of layer kinds (`plan.WEIGHTS`' keys): `ArgumentError` naming it otherwise."""
     kinds = () if isinstance(layer_types, str) else tuple(layer_types)
@@ -67,6 +73,7 @@ class HybridStack:
         weights: Sequence[dict] | None = None,
         seed: int = 0,
     ):
+        require_present(device, "stack")
         self.cfg = cfg
         self.device = device
         self.layer_types = cfg.model.layer_types if layer_types is None else _layer_kinds(layer_types)

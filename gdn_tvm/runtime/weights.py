@@ -70,9 +70,14 @@ def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -
     """Every weight of `expected` (a plan's `weights`: name -> shape and stored dtype) present, of its shape, in its
     stored dtype (or float32), finite in its stored dtype; the error names the weight (`what`: whose weights, for a
     missing one)."""
+    if not isinstance(weights, Mapping):
+        raise ArgumentError(f"{what} weights: expected a mapping of names to arrays, got {type(weights).__name__}")
     missing = sorted(set(expected) - set(weights))
     if missing:
         raise ArgumentError(f"{what} weights: missing {missing}")
+    unread = sorted(set(weights) - set(expected))
+    if unread:  # a misspelt name, or another model's layers: nothing would read them
+        raise ArgumentError(f"{what} weights: {len(unread)} not of this model, e.g. {unread[:3]}")
     for name, want in expected.items():
         w = weights[name]
         if not hasattr(w, "shape") or not hasattr(w, "dtype"):
@@ -84,6 +89,8 @@ def check_weights(expected: Mapping[str, Buffer], weights: Mapping, what: str) -
             raise ArgumentError(f"weight {name}: expected {' or '.join(accepted)}, got {_dtype(w)}")
         rounded = _dtype(w) != want.dtype  # float32 given, bf16 stored: finite only below where bf16 overflows
         if hasattr(w, "isfinite"):  # torch: checked where it lives
+            if getattr(w, "is_meta", False) or str(getattr(w, "layout", "torch.strided")) != "torch.strided":
+                raise ArgumentError(f"weight {name}: expected a dense tensor with data, got {w.layout} on {w.device}")
             finite = bool((w.abs() < float(BF16_OVERFLOW)).all() if rounded else w.isfinite().all())
         else:
             host = to_host(w)
