@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.preset and not args.random_weights:
         parser.error("--preset decodes random weights: add --random-weights (or give --checkpoint)")
-    if args.checkpoint == "":
-        parser.error("--checkpoint: expected a directory, got an empty path")
+    for option, value in (("--checkpoint", args.checkpoint), ("--library", args.library)):
+        if value == "":
+            parser.error(f"{option}: expected a directory, got an empty path")
     if args.checkpoint and args.random_weights:
         parser.error("--random-weights goes with --preset: a checkpoint's weights are its own")
     try:
@@ -150,13 +151,9 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     requests = [Request(ids, args.max_new_tokens, seed=args.seed + i, **draw) for i in range(args.batch)]
     for request in requests:  # before any weight is read or anything compiles
         check_request(cfg, request, sampling)
-    if args.checkpoint:
-        weights = checkpoint_weights(load_checkpoint(args.checkpoint, args.weight_dtype))
-    else:
-        weights = random_model_weights(m, np.random.default_rng(args.seed))
     kind = "cuda" if on_gpu else "llvm"
     started = time.perf_counter()
-    if args.library:  # the TVM runtime alone
+    if args.library:  # the TVM runtime alone; a bad build is named before any weight is read
         from gdn_tvm.runtime.module import load
 
         kernels = load(args.library, cfg, kind)
@@ -165,6 +162,10 @@ def _generate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from gdn_tvm.target import cuda, llvm
 
         kernels = build_kernels(cfg, cuda() if on_gpu else llvm(), plan.ops)
+    if args.checkpoint:
+        weights = checkpoint_weights(load_checkpoint(args.checkpoint, args.weight_dtype))
+    else:
+        weights = random_model_weights(m, np.random.default_rng(args.seed))
     model = Model(cfg, kernels, device, weights, stops, sampling)
     if on_gpu and not args.no_graph:
         model.capture()

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from test_export import CFG, quiet
 
 from gdn_tvm.export.artifact import build
+from gdn_tvm.runtime import module
 from gdn_tvm.runtime.module import MANIFEST, ManifestError, load
 from gdn_tvm.target import llvm
 
@@ -325,3 +326,62 @@ def test_damaged_library_is_named_before_it_is_loaded(built, for_libraries, load
         pytest.fail("a damaged library loaded")
     assert status == 0 and said.startswith(f"ManifestError: {library}"), said
     TALLY["named errors"] += 1
+
+
+def test_a_config_nested_past_what_reads_it_is_named(built, for_manifests):
+    """Nesting the JSON reader takes but the config's flattening and the digest do not."""
+    deep: object = 1
+    for _ in range(600):  # the JSON reader takes ~980 levels here
+        deep = {"a": deep}
+    original = json.loads((built / MANIFEST).read_text())
+    got = attempt(for_manifests, json.dumps(edited(original, ("config", "x"), deep)))
+    expect_error(got, f"{for_manifests / MANIFEST}: config: nested deeper than a build's config is")
+
+
+def test_a_mismatch_names_a_huge_field_in_a_line(built, for_manifests):
+    original = json.loads((built / MANIFEST).read_text())
+    got = attempt(for_manifests, json.dumps(edited(original, ("tvm",), "9" * 2_000_000)))
+    expect_error(got, f"{for_manifests / MANIFEST} does not match the request: tvm='999")
+    assert len(str(got)) < 1000
+
+
+def test_a_null_library_field_is_an_absent_one(built, for_manifests):
+    """The digest reads a function's `library: null` as no library: so does `load` (a TVM function, not a call)."""
+    original = json.loads((built / MANIFEST).read_text())
+    got = attempt(for_manifests, json.dumps(edited(original, ("functions", "sigmoid_gate", "library"), None)))
+    assert sorted(got) == ["sigmoid_gate"]
+
+
+@pytest.mark.parametrize("where", ["folder", "library"])
+def test_a_build_that_cannot_be_read_is_named(built, tmp_path, monkeypatch, where):
+    """A folder on the way that cannot be searched, or a library that cannot be read (root reads everything, so
+    the refusal is simulated)."""
+    folder = Path(shutil.copytree(built, tmp_path / built.name))
+    library = folder / json.loads((folder / MANIFEST).read_text())["library"]
+    if where == "folder":
+        real = Path.is_file
+        monkeypatch.setattr(Path, "is_file", lambda p: _denied(p) if p.parent == folder else real(p))
+        match = f"{folder / MANIFEST}: unreadable: "
+    else:
+        monkeypatch.setattr(module, "file_sha256", _denied)
+        match = f"{library}: unreadable: "
+    with pytest.raises(ManifestError, match=re.escape(match) + ".*Permission denied"):
+        load(folder, CFG, "llvm")
+
+
+def _denied(path: Path):
+    raise PermissionError(13, "Permission denied", str(path))
+
+
+def test_an_intact_library_this_machine_cannot_load_is_named(built, tmp_path):
+    """A library whose manifest records it as it is (bytes, SHA-256, digest) but that the dynamic loader refuses
+    (built against another C library, or not a library at all)."""
+    folder = Path(shutil.copytree(built, tmp_path / built.name))
+    manifest = json.loads((folder / MANIFEST).read_text())
+    library = folder / manifest["library"]
+    library.write_text("not a shared library\n")
+    manifest |= {"library_bytes": library.stat().st_size, "library_sha256": module.file_sha256(library)}
+    manifest["digest"] = module.digest(manifest)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=re.escape(f"{library}: cannot be loaded here: ")):
+        load(folder, CFG, "llvm")

@@ -471,8 +471,8 @@ def test_memory_bytes_reads_the_gpu_global_memory_and_the_host_available_memory(
 
 
 def test_generate_cli_checks_every_argument_before_it_reads_a_weight(tmp_path, rng, capsys):
-    """A bad argument is named even where the checkpoint's weights could not be read (they are read last), and an
-    empty --checkpoint is refused as such."""
+    """A bad argument or build is named even where the checkpoint's weights could not be read (they are read last),
+    and an empty --checkpoint or --library is refused as such."""
     from gdn_tvm import generate
 
     save_hf_model(tmp_path, int(rng.integers(2**31)), True, "float32")
@@ -482,14 +482,16 @@ def test_generate_cli_checks_every_argument_before_it_reads_a_weight(tmp_path, r
     for args, message in (
         (["--prompt-ids", "1,x"], "--prompt-ids"),
         (["--prompt-ids", "1", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["--prompt-ids", "1", "--library", str(tmp_path / "no_build")], "no manifest.json for "),
         (["--prompt-ids", "1"], ".safetensors"),  # every argument passed: the weights are read, and refused
     ):
         with pytest.raises(SystemExit) as exit_:
             generate.main([*common, *args])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_:
-        generate.main(["--checkpoint", "", "--prompt-ids", "1"])
-    assert exit_.value.code == 2 and "--checkpoint: expected a directory" in capsys.readouterr().err
+    for option in ("--checkpoint", "--library"):
+        with pytest.raises(SystemExit) as exit_:
+            generate.main(["--checkpoint", str(tmp_path), "--prompt-ids", "1", option, ""])
+        assert exit_.value.code == 2 and f"{option}: expected a directory, got an empty path" in capsys.readouterr().err
 
 
 def test_an_on_token_that_raises_leaves_the_model_usable(tmp_path, rng):

@@ -376,3 +376,38 @@ def test_flop_bound_gemvs_get_the_deeper_search_by_default(tmp_path, monkeypatch
     tune(cfg8, llvm(), ("gemv_in_proj_b",), tmp_path / "explicit", trials=2, echo=quiet)
     assert asked["gemv_in_proj_b"] == 2
     assert not driver.flop_bound(OPS["gemv_in_proj_b"], CFG)
+
+
+def test_build_names_ops_that_are_library_calls_only(tmp_path, capsys):
+    """A CUDA build of library calls alone (cuBLAS GEMMs) would compile nothing: refused naming `--ops`."""
+    argv = ["--target", "cuda", "--preset", "qwen3.5-0.8b", "--batch", "16", "--max-len", "64"]
+    with pytest.raises(SystemExit) as exit_:
+        build_main([*argv, "--ops", "gemm_lm_head", "--work-dir", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    assert "--ops: gemm_lm_head: library calls on cuda, nothing to compile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["target folder", "build folder", "build link"])
+def test_build_names_a_file_or_link_where_its_folder_goes(tmp_path, capsys, where):
+    """Exit status 2 naming the path, nothing built or removed; a leftover of an interrupted build that is a file,
+    not a folder, is cleared by the next build."""
+    out = tmp_path / "out"
+    final = out / naming.build(CFG, "llvm")
+    path = final.parent if where == "target folder" else final
+    path.parent.mkdir(parents=True)
+    if where == "build link":
+        (tmp_path / "elsewhere").mkdir()
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        path.write_text("kept")
+    argv = [*SHAPE_ARGS, "--allow-hand", "--ops", "sigmoid_gate", "--work-dir", str(tmp_path), "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_:
+        build_main(argv)
+    kind = "link" if where == "build link" else "file"
+    assert exit_.value.code == 2
+    assert f"--out {out}: {path}: a {kind} where a build folder goes" in capsys.readouterr().err
+    assert path.is_symlink() if kind == "link" else path.read_text() == "kept"
+    path.unlink()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    (final.parent / f".{final.name}.partial-0000-old").write_text("")  # a file an interrupted move left
+    assert build_main(argv) == 0 and sorted(p.name for p in final.parent.iterdir()) == [final.name]

@@ -9,6 +9,7 @@ import time
 
 from gdn_tvm.cli import add_arguments, decode_config, folder, op_names
 from gdn_tvm.export.artifact import build
+from gdn_tvm.registry import get
 from gdn_tvm.target import by_name
 from gdn_tvm.tuning.records import FORCE_HINT, MissingRecordError, TuningLogError
 
@@ -23,8 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     cfg = decode_config(p, args)
     logs, out = folder(p, "--work-dir", args.work_dir, write=False), folder(p, "--out", args.out)
+    target, names = by_name(args.target), op_names(p, args, cfg)
+    if not any(get(name).compiled(target.kind.name) for name in names):
+        p.error(f"--ops: {', '.join(names)}: library calls on {target.kind.name}, nothing to compile")
     try:
-        path = build(cfg, by_name(args.target), logs, out, args.allow_hand, op_names(p, args, cfg))
+        path = build(cfg, target, logs, out, args.allow_hand, names)
+    except OSError as err:  # a file or link where a build folder goes, a folder that cannot be written
+        p.error(f"--out {args.out}: {err}")
     except MissingRecordError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -120,9 +120,15 @@ def build(
         raise ValueError(f"nothing to compile for {kind}: {', '.join(libraries)} are library calls there")
     scheduled = dlight_ops(cfg, target, names) if dlight else schedule_ops(cfg, kind, logs, names, allow_hand)
     final = Path(out) / naming.build(cfg, kind)
+    for path in (final.parent, final):  # the build replaces `final`'s folder, never a file or a link
+        if (path.exists() and not path.is_dir()) or (path == final and path.is_symlink()):
+            raise NotADirectoryError(f"{path}: a {'link' if path.is_symlink() else 'file'} where a build folder goes")
     final.parent.mkdir(parents=True, exist_ok=True)
     for leftover in final.parent.glob(f".{final.name}.partial-*"):  # of interrupted builds
-        shutil.rmtree(leftover)
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink()
     folder = final.with_name(f".{final.name}.partial-{uuid.uuid4().hex[:8]}")
     folder.mkdir()
     try:

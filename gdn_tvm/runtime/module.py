@@ -82,8 +82,11 @@ def manifest_path(path: str | Path, cfg: DecodeConfig, target: str) -> Path:
     """`path` itself (a manifest), `path/manifest.json` (a build folder) or the artifact folder under `path`."""
     path = Path(path)
     for candidate in (path, path / MANIFEST, path / naming.build(cfg, target) / MANIFEST):
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError as err:  # a folder on the way that cannot be searched
+            raise ManifestError(f"{candidate}: unreadable: {err}") from None
     raise ManifestError(f"no {MANIFEST} for {naming.build(cfg, target)} at {path} (run `make build`)")
 
 
@@ -99,12 +102,16 @@ def read_manifest(path: str | Path, cfg: DecodeConfig, target: str) -> tuple[Pat
         raise ManifestError(f"{file}: not JSON: {err}") from None
     check_fields(file, manifest)
     want = {"target": target, "tvm": tvm.__version__, **_flat(dataclasses.asdict(cfg))}
-    have = {k: manifest.get(k) for k in ("target", "tvm")} | _flat(manifest["config"])
-    wrong = {k: have.get(k) for k, v in want.items() if have.get(k) != v}
+    try:  # the JSON reader takes nesting deeper than flattening and the digest do
+        have = {k: manifest.get(k) for k in ("target", "tvm")} | _flat(manifest["config"])
+        wrong = {k: have.get(k) for k, v in want.items() if have.get(k) != v}
+        edited = not wrong and manifest["digest"] != digest(manifest)
+    except RecursionError:
+        raise ManifestError(f"{file}: config: nested deeper than a build's config is") from None
     if wrong:
-        got = ", ".join(f"{k}={v!r} (wanted {want[k]!r})" for k, v in wrong.items())
+        got = ", ".join(f"{k}={repr(v)[:80]} (wanted {want[k]!r})" for k, v in wrong.items())
         raise ManifestError(f"{file} does not match the request: {got}")
-    if manifest["digest"] != digest(manifest):
+    if edited:
         raise ManifestError(f"{file}: edited or corrupt: its digest does not match its content (run `make build`)")
     return file, manifest
 
@@ -219,13 +226,16 @@ def check_library(file: Path, manifest: dict) -> Path:
     library = file.parent / manifest["library"]
     if not library.is_file():
         raise ManifestError(f"{library}: missing (named by {file}; run `make build`)")
-    size = library.stat().st_size
+    try:
+        size, sha256 = library.stat().st_size, file_sha256(library)
+    except OSError as err:
+        raise ManifestError(f"{library}: unreadable: {err}") from None
     if size != manifest["library_bytes"]:
         raise ManifestError(
             f"{library}: {size} bytes, {file} records {manifest['library_bytes']}: truncated or replaced "
             "(an interrupted copy?); run `make build`"
         )
-    if file_sha256(library) != manifest["library_sha256"]:
+    if sha256 != manifest["library_sha256"]:
         raise ManifestError(f"{library}: its SHA-256 is not the one {file} records: altered; run `make build`")
     return library
 
@@ -251,15 +261,20 @@ def load(path: str | Path, cfg: DecodeConfig, target: str) -> dict[str, Kernel]:
     library = check_library(file, manifest)
     if target == "cuda":
         load_cuda_runtime(library)
-    lib = tvm.runtime.load_module(str(library))
+    try:
+        lib = tvm.runtime.load_module(str(library))
+    except (RuntimeError, OSError) as err:  # intact, yet not loadable here (another C library, another machine)
+        raise ManifestError(f"{library}: cannot be loaded here: {str(err).strip()[-300:]}") from None
     functions = manifest["functions"]
-    lacking = [name for name, fn in functions.items() if "library" not in fn and not lib.implements_function(name)]
+    lacking = [
+        name for name, fn in functions.items() if fn.get("library") is None and not lib.implements_function(name)
+    ]
     if lacking:
         raise ManifestError(f"{library}: lacks function(s) {', '.join(lacking)} that {file} lists")
     kernels = {}
     for name, fn in functions.items():
         signature = [arg_from_json(a) for a in fn["args"]]
-        func = lib[name] if "library" not in fn else _library_function(file, target, name, signature)
+        func = lib[name] if fn.get("library") is None else _library_function(file, target, name, signature)
         kernels[name] = Kernel(name, func, signature, DEVICES[target])
     return kernels
 
