@@ -161,9 +161,7 @@ class Model:
             raise ArgumentError(f"ticket: expected an unread ticket of launch() {sorted(self._unread)}, got {ticket!r}")
         events = self._readback.wait(int(ticket))
         self._unread.remove(ticket)
-        for lane in np.flatnonzero(events[1]):
-            self._free_lanes.append(int(lane))
-            self._free_slots.append(self._lane_slot.pop(int(lane)))
+        self._free([int(lane) for lane in np.flatnonzero(events[1])])
         return events
 
     @locked
@@ -176,9 +174,7 @@ class Model:
             raise RuntimeError(f"elapsed(): the events of tickets {sorted(self._unread)} are unread; read them first")
         seconds = self._readback.elapsed(steps)
         slots = self.inputs["slots"].numpy()  # their events are not read: a lane that finished is free again
-        for lane in [lane for lane in self._lane_slot if slots[lane] < 0]:
-            self._free_lanes.append(lane)
-            self._free_slots.append(self._lane_slot.pop(lane))
+        self._free([lane for lane in self._lane_slot if slots[lane] < 0])
         return seconds
 
     @locked
@@ -190,7 +186,6 @@ class Model:
         self._free_lanes, self._free_slots = deque(range(self.cfg.batch)), deque(range(self.cfg.slots))
         self._resets += 1
 
-    @locked
     @locked
     def generate(
         self, requests: Iterable[Request], on_token: Callable[[int, int], None] | None = None
@@ -241,7 +236,11 @@ class Model:
         slots = self.inputs["slots"].numpy()
         slots[live] = -1
         self.inputs["slots"].copyfrom(slots)
-        for lane in live:
+        self._free(live)
+
+    def _free(self, lanes: list[int]) -> None:
+        """`lanes` (live) and their slots free again."""
+        for lane in lanes:
             self._free_lanes.append(lane)
             self._free_slots.append(self._lane_slot.pop(lane))
 
